@@ -1,0 +1,249 @@
+"""One broker instance: identity, config, store, metadata, client registries, processors, name-server registration.
+
+A broker owns no sockets: the container binds its ports and routes their requests to `dispatcher`
+(main port) and `fast_dispatcher` (listenPort - 2, everything but pulls, as in RocketMQ).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from brokerd.broker_config import BrokerConfig
+from brokerd.clients import ConsumerManager, ProducerManager, RebalanceLockManager
+from brokerd.config_file import build_config, config_to_properties, snake_to_camel
+from brokerd.metadata import BrokerMetadata, MetadataChange
+from brokerd.metadata.topic import PERM_READ, PERM_WRITE
+from brokerd.metadata.version import DataVersion
+from brokerd.namesrv.client import register_broker, unregister_broker
+from brokerd.processors.admin import AdminProcessor
+from brokerd.processors.client import ClientProcessor, notify_consumer_ids_changed
+from brokerd.processors.offsets import OffsetProcessor
+from brokerd.processors.pull import PullProcessor
+from brokerd.processors.query import QueryProcessor
+from brokerd.processors.send import SendProcessor
+from brokerd.processors.sendback import SendBackProcessor
+from brokerd.remoting.client import RemotingClient
+from brokerd.remoting.connection import Dispatcher, Handler
+from brokerd.schedule import ScheduleService
+from brokerd.store.config import StoreConfig
+from brokerd.store.message_store import MessageStore
+
+LIVE_KEYS = frozenset({"brokerPermission", "registerNameServerPeriod", "longPollingEnable", "shortPollingTimeMills",
+                       "autoCreateTopicEnable", "autoCreateSubscriptionGroup", "namesrvAddr",
+                       "notifyConsumerIdsChangedEnable", "traceOn", "regionId", "diskSpaceWarningLevelRatio",
+                       "diskSpaceCleanForciblyRatio", "fileReservedTime", "deleteWhen"})
+
+
+@dataclass
+class BrokerStats:
+    msgs_in: int = 0
+    msgs_out: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    errors: int = 0
+
+
+def store_config_of(cfg: BrokerConfig) -> StoreConfig:
+    return StoreConfig(
+        store_path_root_dir=cfg.store_path_root_dir, mapped_file_size_commit_log=cfg.mapped_file_size_commit_log,
+        mapped_file_size_consume_queue=cfg.mapped_file_size_consume_queue, flush_disk_type=cfg.flush_disk_type,
+        flush_interval_commit_log_ms=cfg.flush_interval_commit_log, sync_flush_timeout_ms=cfg.sync_flush_timeout,
+        file_reserved_time_hours=cfg.file_reserved_time, delete_when=cfg.delete_when,
+        max_message_size=cfg.max_message_size, disk_space_warning_level_ratio=cfg.disk_space_warning_level_ratio,
+        disk_space_clean_forcibly_ratio=cfg.disk_space_clean_forcibly_ratio,
+        message_index_enable=cfg.message_index_enable,
+    )
+
+
+class Broker:
+    def __init__(self, cfg: BrokerConfig, outer: RemotingClient, *, config_path: str | None = None,
+                 namesrv_addrs: list[str] | None = None) -> None:
+        self.cfg = cfg
+        self.config_path = config_path
+        self.outer = outer
+        self._namesrv_override = namesrv_addrs
+        self.log = structlog.get_logger("broker").bind(broker=cfg.identity)
+        self.stats = BrokerStats()
+        self.config_version = DataVersion()
+        self.store = MessageStore(store_config_of(cfg), store_host=(cfg.broker_ip1, cfg.listen_port))
+        self.meta = BrokerMetadata(
+            os.path.join(cfg.store_path_root_dir, "config"), cluster_name=cfg.broker_cluster_name,
+            broker_name=cfg.broker_name, auto_create_topic_enable=cfg.auto_create_topic_enable,
+            auto_create_subscription_group=cfg.auto_create_subscription_group,
+            default_topic_queue_nums=cfg.default_topic_queue_nums)
+        self.consumers = ConsumerManager(on_change=lambda g: notify_consumer_ids_changed(self, g))
+        self.producers = ProducerManager()
+        self.locks = RebalanceLockManager()
+        self.schedule = ScheduleService(self)
+        self.dispatcher = Dispatcher(cfg.identity)
+        self.fast_dispatcher = Dispatcher(cfg.identity + ":fast")
+        self.pull = PullProcessor(self)
+        for proc in (SendProcessor(self), self.pull, OffsetProcessor(self), ClientProcessor(self),
+                     SendBackProcessor(self), QueryProcessor(self), AdminProcessor(self)):
+            table: dict[int, Handler] = proc.handlers()  # type: ignore[assignment]
+            self.dispatcher.register_all(table)
+            self.fast_dispatcher.register_all({c: h for c, h in table.items() if c not in (11, 361)})
+        self._tasks: list[asyncio.Task[None]] = []
+        self._register_soon: asyncio.Task[None] | None = None
+        self._pending_topics: set[str] = set()
+        self.status = "created"
+        self.last_error: str | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self.status = "starting"
+        os.makedirs(self.cfg.store_path_root_dir, exist_ok=True)
+        self.meta.load()
+        await self.store.start()
+        self.meta.hub.add_observer(self)
+        self.schedule.start()
+        self._tasks = [asyncio.create_task(self._register_loop()), asyncio.create_task(self._housekeeping())]
+        self.status = "running"
+        self.log.info("broker_started", addr=self.cfg.broker_addr, role=self.cfg.broker_role)
+
+    async def shutdown(self) -> None:
+        self.status = "stopping"
+        for t in self._tasks + ([self._register_soon] if self._register_soon else []):
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.schedule.stop()
+        self.pull.hold.wake_all()
+        await self._unregister_all()
+        self.meta.persist_all()
+        await self.store.shutdown()
+        self.status = "stopped"
+        self.log.info("broker_stopped")
+
+    # -- metadata hook: a created/changed topic is registered with the name servers at once ---------------
+
+    def on_change(self, change: MetadataChange) -> None:
+        if change.kind == "topic":
+            self._pending_topics.add(change.key)
+            if self._register_soon is None or self._register_soon.done():
+                self._register_soon = asyncio.get_running_loop().create_task(self._register_changed())
+
+    async def _register_changed(self) -> None:
+        await asyncio.sleep(0)  # sleep-ok: coalesce topics created in the same loop iteration
+        topics, self._pending_topics = self._pending_topics, set()
+        self.meta.topics.persist()
+        await self.register_all(topics)
+
+    # -- name server ---------------------------------------------------------------------------------------
+
+    @property
+    def namesrv_addrs(self) -> list[str]:
+        return self._namesrv_override if self._namesrv_override is not None else self.cfg.namesrv_addrs
+
+    async def register_all(self, topics: set[str] | None = None) -> None:
+        wrapper = self.meta.topics.register_wrapper(sorted(topics) if topics else None)
+        table = wrapper["topicConfigTable"]
+        if not self.is_writeable():
+            table = {k: {**v, "perm": v["perm"] & self.cfg.broker_permission} for k, v in table.items()}
+        ha = f"{self.cfg.broker_ip1}:{self.cfg.ha_port}"
+        for addr in self.namesrv_addrs:
+            try:
+                await register_broker(self.outer, addr, cluster=self.cfg.broker_cluster_name,
+                                      broker_name=self.cfg.broker_name, broker_addr=self.cfg.broker_addr,
+                                      broker_id=self.cfg.broker_id, ha_server_addr=ha, topic_config_table=table,
+                                      data_version=wrapper["dataVersion"])
+            except Exception as e:  # noqa: BLE001 - one name server down must not stop the others
+                self.log.warning("register_broker_failed", namesrv=addr, error=repr(e))
+
+    async def _unregister_all(self) -> None:
+        for addr in self.namesrv_addrs:
+            try:
+                await unregister_broker(self.outer, addr, cluster=self.cfg.broker_cluster_name,
+                                        broker_name=self.cfg.broker_name, broker_addr=self.cfg.broker_addr,
+                                        broker_id=self.cfg.broker_id)
+            except Exception as e:  # noqa: BLE001
+                self.log.warning("unregister_broker_failed", namesrv=addr, error=repr(e))
+
+    async def _register_loop(self) -> None:
+        while True:
+            await self.register_all()
+            await asyncio.sleep(max(1.0, self.cfg.register_name_server_period / 1000.0))  # sleep-ok: period
+
+    async def _housekeeping(self) -> None:
+        period = self.cfg.flush_consumer_offset_interval / 1000.0
+        while True:
+            await asyncio.sleep(period)  # sleep-ok: periodic timer
+            try:
+                self.meta.persist_all()
+                self.consumers.expire(self.cfg.channel_expired_timeout / 1000.0)
+                self.producers.expire(self.cfg.channel_expired_timeout / 1000.0)
+            except Exception as e:  # noqa: BLE001 - contained to this broker, visible in its status
+                self.last_error = repr(e)
+                self.log.error("housekeeping_failed", error=repr(e))
+
+    # -- state -----------------------------------------------------------------------------------------
+
+    def is_master(self) -> bool:
+        return self.cfg.broker_role != "SLAVE"
+
+    def is_writeable(self) -> bool:
+        return self.is_master() and bool(self.cfg.broker_permission & PERM_WRITE)
+
+    def is_readable(self) -> bool:
+        return bool(self.cfg.broker_permission & PERM_READ)
+
+    def disk_ok(self) -> bool:
+        return self.store.is_writeable()
+
+    def config_properties(self) -> dict[str, str]:
+        return config_to_properties(self.cfg)
+
+    def update_config(self, props: dict[str, str]) -> None:
+        """Validate and apply runtime-changeable keys; the rest take effect at the next start."""
+        merged = {**self.config_properties(), **props}
+        new = build_config(BrokerConfig, merged)
+        live = {f.name: getattr(new, f.name) for f in dataclasses.fields(new)
+                if (f.metadata.get("key") or snake_to_camel(f.name)) in LIVE_KEYS}
+        self.cfg = dataclasses.replace(self.cfg, **live)
+        self.config_version.next_version()
+        if self.config_path:
+            _persist_properties(self.config_path, props)
+        if "brokerPermission" in props:
+            asyncio.get_running_loop().create_task(self.register_all())
+
+    def runtime_info(self) -> dict[str, Any]:
+        st = self.store
+        return {
+            "brokerVersion": "479", "brokerVersionDesc": "V5_3_3", "brokerRole": self.cfg.broker_role,
+            "status": self.status, "msgPutTotalTodayNow": self.stats.msgs_in, "msgGetTotalTodayNow": self.stats.msgs_out,
+            "bytesIn": self.stats.bytes_in, "bytesOut": self.stats.bytes_out, "errors": self.stats.errors,
+            "commitLogMaxOffset": st.max_phy_offset, "commitLogMinOffset": st.min_phy_offset,
+            "confirmOffset": st.confirm_offset, "diskUsageBytes": st.logical_usage_bytes(),
+            "bootTimestamp": int(time.time() * 1000), "lastError": self.last_error or "",
+        }
+
+
+def _persist_properties(path: str, changes: dict[str, str]) -> None:
+    """Rewrite changed keys of a RocketMQ properties file atomically, keeping comments and order."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        lines = []
+    seen = set()
+    out = []
+    for line in lines:
+        key = line.split("=", 1)[0].strip()
+        if "=" in line and key in changes and not line.lstrip().startswith("#"):
+            out.append(f"{key}={changes[key]}")
+            seen.add(key)
+        else:
+            out.append(line)
+    out += [f"{k}={v}" for k, v in changes.items() if k not in seen]
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write("\n".join(out) + "\n")
+    shutil.move(tmp, path)

@@ -1,0 +1,140 @@
+"""Broker configuration: RocketMQ key names, parsed into a frozen, validated dataclass."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from brokerd.config_file import ConfigError, build_config, read_properties
+
+DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+_UNITS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")
+FLUSH_TYPES = ("ASYNC_FLUSH", "SYNC_FLUSH")
+
+
+def parse_delay_levels(text: str) -> tuple[int, ...]:
+    """'1s 5s 10s ...' -> delays in ms, level 1 first."""
+    out = []
+    for tok in text.split():
+        m = re.fullmatch(r"(\d+)([smhd])", tok)
+        if not m:
+            raise ConfigError(f"messageDelayLevel: bad level {tok!r} (expected e.g. 10s, 1m, 2h)")
+        out.append(int(m.group(1)) * _UNITS[m.group(2)])
+    if not out:
+        raise ConfigError("messageDelayLevel: no levels")
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    broker_cluster_name: str = "DefaultCluster"
+    broker_name: str = "broker-a"
+    broker_id: int = 0
+    broker_role: str = "ASYNC_MASTER"
+    broker_ip1: str = field(default="127.0.0.1", metadata={"key": "brokerIP1"})
+    listen_port: int = 10911
+    fast_listen_port_enable: bool = True  # also listen on listenPort - 2 (old Java clients' VIP channel)
+    ha_listen_port: int = 0  # 0 = listenPort + 1
+    namesrv_addr: str | None = None  # "host:port;host:port"
+    store_path_root_dir: str = field(default_factory=lambda: os.path.join(os.path.expanduser("~"), "store"))
+    flush_disk_type: str = "ASYNC_FLUSH"
+    flush_interval_commit_log: int = 500
+    sync_flush_timeout: int = 5000
+    mapped_file_size_commit_log: int = 1024 * 1024 * 1024
+    mapped_file_size_consume_queue: int = 300_000 * 20
+    file_reserved_time: int = 72  # hours
+    delete_when: str = "04"
+    max_message_size: int = 4 * 1024 * 1024
+    disk_space_warning_level_ratio: float = 0.90
+    disk_space_clean_forcibly_ratio: float = 0.85
+    message_index_enable: bool = True
+    auto_create_topic_enable: bool = True
+    auto_create_subscription_group: bool = True
+    default_topic_queue_nums: int = 8
+    cluster_topic_enable: bool = True
+    broker_topic_enable: bool = True
+    broker_permission: int = 6
+    register_name_server_period: int = 30_000
+    long_polling_enable: bool = True
+    short_polling_time_mills: int = 1000
+    message_delay_level: str = DEFAULT_DELAY_LEVELS
+    max_reconsume_times_default: int = 16
+    channel_expired_timeout: int = 120_000
+    notify_consumer_ids_changed_enable: bool = True
+    region_id: str = "DefaultRegion"
+    trace_on: bool = True
+    flush_consumer_offset_interval: int = 5000
+    enable_controller_mode: bool = False
+    controller_addr: str | None = None
+    # container-level knobs a broker may override
+    replicas_per_disk_partition: int = 1
+    logical_disk_space_clean_forcibly_threshold: float = 0.80
+    isolate_log_enable: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.broker_name or not re.fullmatch(r"[A-Za-z0-9_.\-]+", self.broker_name):
+            raise ConfigError(f"brokerName: invalid broker name {self.broker_name!r}")
+        if not self.broker_cluster_name:
+            raise ConfigError("brokerClusterName: must not be empty")
+        if self.broker_id < 0:
+            raise ConfigError(f"brokerId: must be >= 0, got {self.broker_id}")
+        if self.broker_role not in ROLES:
+            raise ConfigError(f"brokerRole: must be one of {', '.join(ROLES)}, got {self.broker_role!r}")
+        if self.broker_role == "SLAVE" and self.broker_id == 0 and not self.enable_controller_mode:
+            raise ConfigError("brokerId: a SLAVE needs brokerId > 0")
+        if self.flush_disk_type not in FLUSH_TYPES:
+            raise ConfigError(f"flushDiskType: must be ASYNC_FLUSH or SYNC_FLUSH, got {self.flush_disk_type!r}")
+        if not 0 <= self.listen_port <= 65535 or (self.fast_listen_port_enable and 0 < self.listen_port < 3):
+            raise ConfigError(f"listenPort: invalid port {self.listen_port}")
+        if self.mapped_file_size_commit_log < 64 * 1024:
+            raise ConfigError("mappedFileSizeCommitLog: must be at least 65536")
+        if self.mapped_file_size_consume_queue < 20 or self.mapped_file_size_consume_queue % 20:
+            raise ConfigError("mappedFileSizeConsumeQueue: must be a positive multiple of 20")
+        for key, val in (("flushIntervalCommitLog", self.flush_interval_commit_log),
+                         ("syncFlushTimeout", self.sync_flush_timeout),
+                         ("registerNameServerPeriod", self.register_name_server_period),
+                         ("maxMessageSize", self.max_message_size),
+                         ("defaultTopicQueueNums", self.default_topic_queue_nums)):
+            if val <= 0:
+                raise ConfigError(f"{key}: must be > 0, got {val}")
+        for key, r in (("diskSpaceWarningLevelRatio", self.disk_space_warning_level_ratio),
+                       ("diskSpaceCleanForciblyRatio", self.disk_space_clean_forcibly_ratio),
+                       ("logicalDiskSpaceCleanForciblyThreshold", self.logical_disk_space_clean_forcibly_threshold)):
+            if not 0.0 < r <= 1.0:
+                raise ConfigError(f"{key}: must be in (0, 1], got {r}")
+        if self.file_reserved_time <= 0:
+            raise ConfigError(f"fileReservedTime: must be > 0 hours, got {self.file_reserved_time}")
+        if not re.fullmatch(r"\d{1,2}(;\d{1,2})*", self.delete_when):
+            raise ConfigError(f"deleteWhen: expected hours like 04 or 04;16, got {self.delete_when!r}")
+        if self.replicas_per_disk_partition < 1:
+            raise ConfigError("replicasPerDiskPartition: must be >= 1")
+        if self.broker_permission not in range(0, 16):
+            raise ConfigError("brokerPermission: must be a perm bit set (0..15)")
+        parse_delay_levels(self.message_delay_level)
+
+    @property
+    def identity(self) -> str:
+        return f"{self.broker_cluster_name}:{self.broker_name}:{self.broker_id}"
+
+    @property
+    def broker_addr(self) -> str:
+        return f"{self.broker_ip1}:{self.listen_port}"
+
+    @property
+    def ha_port(self) -> int:
+        return self.ha_listen_port or self.listen_port + 1
+
+    @property
+    def delay_levels_ms(self) -> tuple[int, ...]:
+        return parse_delay_levels(self.message_delay_level)
+
+    @property
+    def namesrv_addrs(self) -> list[str]:
+        return [a.strip() for a in (self.namesrv_addr or "").split(";") if a.strip()]
+
+
+def load_broker_config(path: str, **overrides: Any) -> BrokerConfig:
+    return build_config(BrokerConfig, read_properties(path), **overrides)

@@ -1,0 +1,208 @@
+"""Consumer/producer connection registry, subscription data and orderly-consumer queue locks."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from brokerd.message import java_string_hash
+from brokerd.remoting.connection import Connection
+
+CONSUME_TYPES = ("CONSUME_ACTIVELY", "CONSUME_PASSIVELY", "CONSUME_POP")
+MESSAGE_MODELS = ("BROADCASTING", "CLUSTERING")
+CONSUME_FROM = ("CONSUME_FROM_LAST_OFFSET", "CONSUME_FROM_LAST_OFFSET_AND_FROM_MIN_WHEN_BOOT_FIRST",
+                "CONSUME_FROM_MIN_OFFSET", "CONSUME_FROM_MAX_OFFSET", "CONSUME_FROM_FIRST_OFFSET",
+                "CONSUME_FROM_TIMESTAMP")
+
+
+def enum_name(value: Any, names: tuple[str, ...], default: str) -> str:
+    """Java/ali-ons send enum names, the C++ client sends ordinals: accept both."""
+    if isinstance(value, str):
+        if value in names:
+            return value
+        if value.isdigit() and int(value) < len(names):
+            return names[int(value)]
+        return default
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < len(names):
+        return names[value]
+    return default
+
+
+@dataclass(slots=True)
+class SubscriptionData:
+    topic: str
+    sub_string: str = "*"
+    tags_set: frozenset[str] = frozenset()
+    code_set: frozenset[int] = frozenset()
+    sub_version: int = 0
+    expression_type: str = "TAG"
+
+    @classmethod
+    def build(cls, topic: str, sub_string: str | None, sub_version: int = 0, expression_type: str = "TAG") -> SubscriptionData:
+        s = (sub_string or "*").strip() or "*"
+        if s == "*" or expression_type.upper() != "TAG":
+            return cls(topic, s, sub_version=sub_version, expression_type=expression_type.upper())
+        tags = frozenset(t.strip() for t in s.split("||") if t.strip())
+        return cls(topic, s, tags, frozenset(java_string_hash(t) for t in tags), sub_version, "TAG")
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> SubscriptionData:
+        try:
+            ver = int(d.get("subVersion") or 0)
+        except (TypeError, ValueError):
+            ver = 0
+        return cls.build(str(d.get("topic", "")), d.get("subString"), ver, str(d.get("expressionType") or "TAG"))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"topic": self.topic, "subString": self.sub_string, "tagsSet": sorted(self.tags_set),
+                "codeSet": sorted(self.code_set), "subVersion": self.sub_version,
+                "expressionType": self.expression_type, "classFilterMode": False}
+
+    def tag_filter(self) -> Callable[[int], bool] | None:
+        """Broker-side filter on the consume-queue tag hash; None = everything matches.
+        Non-TAG expressions (SQL92) are not evaluated here: all messages pass and clients filter."""
+        if self.sub_string == "*" or self.expression_type != "TAG" or not self.code_set:
+            return None
+        codes = self.code_set
+        return codes.__contains__
+
+
+@dataclass(slots=True)
+class ClientChannel:
+    client_id: str
+    conn: Connection
+    last_update: float
+    language: str = "JAVA"
+    version: int = 0
+
+
+@dataclass
+class ConsumerGroupInfo:
+    group: str
+    consume_type: str = "CONSUME_PASSIVELY"
+    message_model: str = "CLUSTERING"
+    consume_from_where: str = "CONSUME_FROM_LAST_OFFSET"
+    channels: dict[Connection, ClientChannel] = field(default_factory=dict)
+    subscriptions: dict[str, SubscriptionData] = field(default_factory=dict)
+
+    def client_ids(self) -> list[str]:
+        return sorted({c.client_id for c in self.channels.values()})
+
+
+class ConsumerManager:
+    """Registry of consumer groups. `on_change(group)` fires when a group's membership changes."""
+
+    def __init__(self, on_change: Callable[[str], None], now: Callable[[], float] = time.monotonic) -> None:
+        self.groups: dict[str, ConsumerGroupInfo] = {}
+        self.on_change = on_change
+        self.now = now
+
+    def register(self, conn: Connection, client_id: str, data: dict[str, Any], language: str, version: int) -> bool:
+        """Register one ConsumerData of a heartbeat; returns True when the subscription changed."""
+        group = str(data.get("groupName", ""))
+        info = self.groups.get(group)
+        if info is None:
+            info = self.groups[group] = ConsumerGroupInfo(group)
+        info.consume_type = enum_name(data.get("consumeType"), CONSUME_TYPES, "CONSUME_PASSIVELY")
+        info.message_model = enum_name(data.get("messageModel"), MESSAGE_MODELS, "CLUSTERING")
+        info.consume_from_where = enum_name(data.get("consumeFromWhere"), CONSUME_FROM, "CONSUME_FROM_LAST_OFFSET")
+        subs = {}
+        for sd in data.get("subscriptionDataSet") or []:
+            if isinstance(sd, dict) and sd.get("topic"):
+                s = SubscriptionData.from_json(sd)
+                subs[s.topic] = s
+        sub_changed = {k: (v.sub_string, v.expression_type) for k, v in subs.items()} != {
+            k: (v.sub_string, v.expression_type) for k, v in info.subscriptions.items()}
+        info.subscriptions = subs
+        ch = info.channels.get(conn)
+        new_member = ch is None or ch.client_id != client_id
+        info.channels[conn] = ClientChannel(client_id, conn, self.now(), language, version)
+        if new_member:
+            self.on_change(group)
+        return sub_changed
+
+    def unregister(self, conn: Connection, group: str | None = None) -> None:
+        for name in [group] if group else list(self.groups):
+            info = self.groups.get(name) if name else None
+            if info is not None and info.channels.pop(conn, None) is not None:
+                if not info.channels:
+                    del self.groups[name]  # type: ignore[arg-type]
+                self.on_change(name)  # type: ignore[arg-type]
+
+    def expire(self, timeout_s: float) -> list[str]:
+        cutoff = self.now() - timeout_s
+        removed = []
+        for info in list(self.groups.values()):
+            for conn, ch in list(info.channels.items()):
+                if ch.last_update < cutoff or not conn.is_open:
+                    removed.append(ch.client_id)
+                    self.unregister(conn, info.group)
+        return removed
+
+    def find_subscription(self, group: str, topic: str) -> SubscriptionData | None:
+        info = self.groups.get(group)
+        return info.subscriptions.get(topic) if info else None
+
+
+class ProducerManager:
+    def __init__(self, now: Callable[[], float] = time.monotonic) -> None:
+        self.groups: dict[str, dict[Connection, ClientChannel]] = {}
+        self.now = now
+
+    def register(self, conn: Connection, group: str, client_id: str, language: str, version: int) -> None:
+        self.groups.setdefault(group, {})[conn] = ClientChannel(client_id, conn, self.now(), language, version)
+
+    def unregister(self, conn: Connection, group: str | None = None) -> None:
+        for name in [group] if group else list(self.groups):
+            chans = self.groups.get(name) if name else None
+            if chans is not None:
+                chans.pop(conn, None)
+                if not chans:
+                    del self.groups[name]  # type: ignore[arg-type]
+
+    def expire(self, timeout_s: float) -> None:
+        cutoff = self.now() - timeout_s
+        for chans in self.groups.values():
+            for conn, ch in list(chans.items()):
+                if ch.last_update < cutoff or not conn.is_open:
+                    chans.pop(conn, None)
+        for g in [g for g, c in self.groups.items() if not c]:
+            del self.groups[g]
+
+
+class RebalanceLockManager:
+    """Queue locks for orderly consumers: (group, topic, broker, queue) -> (client id, expiry)."""
+
+    def __init__(self, lock_max_live_ms: int = 60_000, now: Callable[[], float] = time.monotonic) -> None:
+        self.locks: dict[str, dict[tuple[str, str, int], tuple[str, float]]] = {}
+        self.ttl = lock_max_live_ms / 1000.0
+        self.now = now
+
+    def try_lock(self, group: str, client_id: str, mqs: list[tuple[str, str, int]]) -> list[tuple[str, str, int]]:
+        table = self.locks.setdefault(group, {})
+        now = self.now()
+        got = []
+        for mq in mqs:
+            holder = table.get(mq)
+            if holder is None or holder[0] == client_id or holder[1] < now:
+                table[mq] = (client_id, now + self.ttl)
+                got.append(mq)
+        return got
+
+    def unlock(self, group: str, client_id: str, mqs: list[tuple[str, str, int]]) -> None:
+        table = self.locks.get(group, {})
+        for mq in mqs:
+            holder = table.get(mq)
+            if holder is not None and holder[0] == client_id:
+                del table[mq]
+
+    def is_locked(self, group: str, topic: str, queue_id: int) -> bool:
+        now = self.now()
+        return any(mq[0] == topic and mq[2] == queue_id and exp >= now
+                   for mq, (_, exp) in self.locks.get(group, {}).items())
+
+    def has_live_locks(self, group: str) -> bool:
+        now = self.now()
+        return any(exp >= now for _, exp in self.locks.get(group, {}).values())

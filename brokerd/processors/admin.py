@@ -1,0 +1,145 @@
+"""Broker admin: topics (17, 21, 23, 215, 351, 202), config (25, 26), runtime info (28),
+subscription groups (200, 201, 207), TRIGGER_DELETE_FILES (27)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from brokerd.config_file import ConfigError, parse_properties, to_properties
+from brokerd.metadata.subscription import SubscriptionGroupConfig
+from brokerd.metadata.topic import TopicConfig, validate_topic
+from brokerd.remoting.codes import ResponseCode
+from brokerd.remoting.command import HeaderError, RemotingCommand
+from brokerd.remoting.connection import Connection
+
+if TYPE_CHECKING:
+    from brokerd.broker import Broker
+
+SYSTEM_TOPICS_NOT_UPDATABLE = frozenset({"SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC", "TBW102"})
+CONFIG_BLACKLIST = frozenset({"configBlackList", "brokerConfigPaths", "storePathRootDir", "brokerName",
+                              "brokerClusterName", "brokerId", "listenPort"})
+
+
+def _body_json(cmd: RemotingCommand) -> dict[str, Any]:
+    try:
+        d = orjson.loads(cmd.body or b"")
+    except orjson.JSONDecodeError as e:
+        raise HeaderError(f"request body is not JSON: {e}", ResponseCode.SYSTEM_ERROR) from None
+    if not isinstance(d, dict):
+        raise HeaderError("request body must be a JSON object", ResponseCode.SYSTEM_ERROR)
+    return d
+
+
+class AdminProcessor:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    def handlers(self) -> dict[int, object]:
+        return {17: self.create_topic, 21: self.all_topic_config, 23: self.topic_names, 215: self.delete_topic,
+                351: self.get_topic_config, 202: self.topic_stats, 25: self.update_config, 26: self.get_config,
+                28: self.runtime_info, 200: self.update_group, 201: self.all_groups, 207: self.delete_group,
+                27: self.trigger_delete_files}
+
+    def create_topic(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        topic = cmd.str_field("topic")
+        problem = validate_topic(topic)
+        if problem:
+            return cmd.response(ResponseCode.INVALID_PARAMETER, problem)
+        if topic in SYSTEM_TOPICS_NOT_UPDATABLE or topic == self.broker.cfg.broker_cluster_name:
+            return cmd.response(ResponseCode.INVALID_PARAMETER, f"The topic[{topic}] is conflict with system topic.")
+        rq, wq = cmd.int_field("readQueueNums", 16), cmd.int_field("writeQueueNums", 16)
+        if not (0 < rq <= 1024 and 0 < wq <= 1024):
+            return cmd.response(ResponseCode.INVALID_PARAMETER, "readQueueNums/writeQueueNums must be in 1..1024")
+        tc = TopicConfig(topic_name=topic, read_queue_nums=rq, write_queue_nums=wq, perm=cmd.int_field("perm", 6),
+                         topic_filter_type=cmd.ext.get("topicFilterType") or "SINGLE_TAG",
+                         topic_sys_flag=cmd.int_field("topicSysFlag", 0), order=cmd.bool_field("order"))
+        self.broker.meta.topics.update(tc)
+        return cmd.response()
+
+    def all_topic_config(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        wrapper = self.broker.meta.topics.register_wrapper()
+        return cmd.response(ext={"totalTopicNum": str(len(wrapper["topicConfigTable"]))}, body=orjson.dumps(wrapper))
+
+    def topic_names(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        return cmd.response(body=orjson.dumps({"topicList": sorted(self.broker.meta.topics.all())}))
+
+    def get_topic_config(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        topic = cmd.str_field("topic")
+        tc = self.broker.meta.topics.get(topic)
+        if tc is None:
+            return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"No topic in this broker. topic: {topic}")
+        return cmd.response(body=orjson.dumps({"topicConfig": tc.to_json()}))
+
+    def delete_topic(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        topic = cmd.str_field("topic")
+        if topic in SYSTEM_TOPICS_NOT_UPDATABLE:
+            return cmd.response(ResponseCode.INVALID_PARAMETER, f"The topic[{topic}] is conflict with system topic.")
+        self.broker.meta.topics.delete(topic)
+        self.broker.meta.offsets.remove_topic(topic)
+        self.broker.store.delete_topic(topic)
+        return cmd.response()
+
+    def topic_stats(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        topic = cmd.str_field("topic")
+        tc = self.broker.meta.topics.get(topic)
+        if tc is None:
+            return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
+        st, name = self.broker.store, self.broker.cfg.broker_name
+        table = []
+        for q in range(tc.write_queue_nums):
+            mx = st.max_offset_in_queue(topic, q)
+            last = st.message_store_timestamp(topic, q, mx - 1) if mx > 0 else 0
+            table.append([{"brokerName": name, "queueId": q, "topic": topic},
+                          {"minOffset": st.min_offset_in_queue(topic, q), "maxOffset": mx, "lastUpdateTimestamp": last}])
+        # TopicStatsTable is keyed by MessageQueue objects in Java; we send it as a list of [mq, stats] pairs
+        # under "offsetTable" entries keyed by a JSON rendering, which fastjson clients read leniently.
+        body = {"offsetTable": {orjson.dumps(mq).decode(): s for mq, s in table}}
+        return cmd.response(body=orjson.dumps(body))
+
+    def get_config(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        text = to_properties(self.broker.config_properties())
+        return cmd.response(ext={"version": orjson.dumps(self.broker.config_version.to_json()).decode()},
+                            body=text.encode())
+
+    def update_config(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        props = parse_properties((cmd.body or b"").decode("utf-8", "replace"))
+        if not props:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, "string2Properties error: empty body")
+        bad = sorted(set(props) & CONFIG_BLACKLIST)
+        if bad:
+            return cmd.response(ResponseCode.NO_PERMISSION, f"Can not update config in black list: {bad[0]}")
+        try:
+            self.broker.update_config(props)
+        except ConfigError as e:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, str(e))
+        return cmd.response()
+
+    def runtime_info(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        table = {k: str(v) for k, v in self.broker.runtime_info().items()}
+        return cmd.response(body=orjson.dumps({"table": table}))
+
+    def update_group(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        d = _body_json(cmd)
+        if not d.get("groupName"):
+            return cmd.response(ResponseCode.INVALID_PARAMETER, "groupName is required")
+        self.broker.meta.subscriptions.update(SubscriptionGroupConfig.from_json(d))
+        return cmd.response()
+
+    def all_groups(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        subs = self.broker.meta.subscriptions
+        body = {"subscriptionGroupTable": {k: v.to_json() for k, v in subs.all().items()},
+                "dataVersion": subs.data_version.to_json()}
+        return cmd.response(body=orjson.dumps(body))
+
+    def delete_group(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        group = cmd.str_field("groupName")
+        self.broker.meta.subscriptions.delete(group)
+        if cmd.bool_field("cleanOffset"):
+            self.broker.meta.offsets.remove_offset(group)
+        return cmd.response()
+
+    def trigger_delete_files(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        removed = self.broker.store.clean_expired_files(force=True)
+        return cmd.response(remark=f"removed {removed} files")

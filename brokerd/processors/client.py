@@ -1,0 +1,122 @@
+"""Client connections: HEART_BEAT (34), UNREGISTER_CLIENT (35), GET_CONSUMER_LIST_BY_GROUP (38),
+LOCK_BATCH_MQ (41), UNLOCK_BATCH_MQ (42); broker -> client NOTIFY_CONSUMER_IDS_CHANGED (40)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from brokerd.remoting.codes import ResponseCode
+from brokerd.remoting.command import HeaderError, RemotingCommand, request
+from brokerd.remoting.connection import Connection
+
+if TYPE_CHECKING:
+    from brokerd.broker import Broker
+
+RETRY_PREFIX = "%RETRY%"
+
+
+def _json_body(cmd: RemotingCommand) -> dict[str, Any]:
+    try:
+        data = orjson.loads(cmd.body or b"{}")
+    except orjson.JSONDecodeError as e:
+        raise HeaderError(f"request body is not JSON: {e}", ResponseCode.SYSTEM_ERROR) from None
+    if not isinstance(data, dict):
+        raise HeaderError("request body must be a JSON object", ResponseCode.SYSTEM_ERROR)
+    return data
+
+
+def _mq_list(items: Any) -> list[tuple[str, str, int]]:
+    out = []
+    for mq in items or []:
+        if isinstance(mq, dict):
+            try:
+                out.append((str(mq.get("topic", "")), str(mq.get("brokerName", "")), int(mq.get("queueId", 0))))
+            except (TypeError, ValueError):
+                continue
+    return out
+
+
+def _mq_json(mq: tuple[str, str, int]) -> dict[str, Any]:
+    return {"brokerName": mq[1], "queueId": mq[2], "topic": mq[0]}
+
+
+class ClientProcessor:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    def handlers(self) -> dict[int, object]:
+        return {34: self.heartbeat, 35: self.unregister, 38: self.consumer_list, 41: self.lock, 42: self.unlock}
+
+    def _track(self, conn: Connection) -> None:
+        if not conn.attrs.get("tracked"):
+            conn.attrs["tracked"] = True
+            conn.add_close_callback(self._closed)
+
+    def _closed(self, conn: Connection) -> None:
+        self.broker.consumers.unregister(conn)
+        self.broker.producers.unregister(conn)
+
+    def heartbeat(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        data = _json_body(cmd)
+        client_id = str(data.get("clientID") or f"{conn.remote_addr[0]}@unknown")
+        self._track(conn)
+        b = self.broker
+        for cd in data.get("consumerDataSet") or []:
+            if not isinstance(cd, dict) or not cd.get("groupName"):
+                continue
+            group = str(cd["groupName"])
+            sg = b.meta.subscriptions.find_or_create(group)
+            if sg is None:
+                continue
+            if sg.retry_queue_nums > 0 and b.meta.topics.get(RETRY_PREFIX + group) is None:
+                b.meta.topics.create_topic_in_send_back_method(RETRY_PREFIX + group, sg.retry_queue_nums, 6, 0)
+            b.consumers.register(conn, client_id, cd, cmd.language, cmd.version)
+        for pd in data.get("producerDataSet") or []:
+            if isinstance(pd, dict) and pd.get("groupName"):
+                b.producers.register(conn, str(pd["groupName"]), client_id, cmd.language, cmd.version)
+        return cmd.response(ext={"IS_SUPPORT_HEART_BEAT_V2": "true", "IS_SUB_CHANGE": "true"})
+
+    def unregister(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        group = cmd.opt_str("consumerGroup")
+        if group:
+            self.broker.consumers.unregister(conn, group)
+        pgroup = cmd.opt_str("producerGroup")
+        if pgroup:
+            self.broker.producers.unregister(conn, pgroup)
+        return cmd.response()
+
+    def consumer_list(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        group = cmd.str_field("consumerGroup")
+        info = self.broker.consumers.groups.get(group)
+        if info is None or not info.channels:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {group}")
+        return cmd.response(body=orjson.dumps({"consumerIdList": info.client_ids()}))
+
+    def lock(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        data = _json_body(cmd)
+        got = self.broker.locks.try_lock(str(data.get("consumerGroup", "")), str(data.get("clientId", "")),
+                                         _mq_list(data.get("mqSet")))
+        return cmd.response(body=orjson.dumps({"lockOKMQSet": [_mq_json(mq) for mq in got]}))
+
+    def unlock(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        data = _json_body(cmd)
+        self.broker.locks.unlock(str(data.get("consumerGroup", "")), str(data.get("clientId", "")),
+                                 _mq_list(data.get("mqSet")))
+        return cmd.response()
+
+
+def notify_consumer_ids_changed(broker: Broker, group: str) -> None:
+    """One-way NOTIFY_CONSUMER_IDS_CHANGED to every channel of the group (spec 2.3)."""
+    if not broker.cfg.notify_consumer_ids_changed_enable:
+        return
+    sg = broker.meta.subscriptions.find(group)
+    if sg is not None and not sg.notify_consumer_ids_changed_enable:
+        return
+    info = broker.consumers.groups.get(group)
+    if info is None:
+        return
+    for conn in list(info.channels):
+        if conn.is_open:
+            conn.oneway(request(40, {"consumerGroup": group}))

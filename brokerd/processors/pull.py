@@ -1,0 +1,197 @@
+"""PULL_MESSAGE (11) / LITE_PULL_MESSAGE (361) with long polling woken by arrivals."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from brokerd.clients import SubscriptionData
+from brokerd.metadata.topic import PERM_READ
+from brokerd.remoting.codes import ResponseCode
+from brokerd.remoting.command import RemotingCommand
+from brokerd.remoting.connection import Connection
+from brokerd.store.message_store import GetMessageStatus
+
+if TYPE_CHECKING:
+    from brokerd.broker import Broker
+
+FLAG_COMMIT_OFFSET = 0x1
+FLAG_SUSPEND = 0x2
+FLAG_SUBSCRIPTION = 0x4
+
+S = GetMessageStatus
+# store status -> (response code, whether a non-zero request offset turns 19 into 21)
+_NOT_FOUND = (S.NO_MESSAGE_IN_QUEUE, S.NO_MATCHED_LOGIC_QUEUE)
+
+
+@dataclass(slots=True)
+class PullHeader:
+    group: str
+    topic: str
+    queue_id: int
+    queue_offset: int
+    max_msg_nums: int
+    sys_flag: int
+    commit_offset: int
+    suspend_timeout_ms: int
+    subscription: str | None
+    sub_version: int
+    expression_type: str
+    max_msg_bytes: int
+
+
+def parse_pull_header(cmd: RemotingCommand) -> PullHeader:
+    return PullHeader(
+        group=cmd.str_field("consumerGroup"), topic=cmd.str_field("topic"), queue_id=cmd.int_field("queueId"),
+        queue_offset=cmd.int_field("queueOffset"), max_msg_nums=max(1, cmd.int_field("maxMsgNums", 32)),
+        sys_flag=cmd.int_field("sysFlag", 0), commit_offset=cmd.int_field("commitOffset", -1),
+        suspend_timeout_ms=cmd.int_field("suspendTimeoutMillis", 15000), subscription=cmd.opt_str("subscription"),
+        sub_version=cmd.int_field("subVersion", 0), expression_type=cmd.ext.get("expressionType") or "TAG",
+        max_msg_bytes=cmd.int_field("maxMsgBytes", 262144),
+    )
+
+
+@dataclass(slots=True)
+class _Parked:
+    conn: Connection
+    cmd: RemotingCommand
+    header: PullHeader
+    fut: asyncio.Future[RemotingCommand | None]
+    timer: asyncio.TimerHandle | None = None
+
+
+class PullHoldService:
+    """Parked long-poll requests per (topic, queue); woken by store dispatch or by their deadline."""
+
+    def __init__(self, processor: PullProcessor) -> None:
+        self.processor = processor
+        self.parked: dict[tuple[str, int], list[_Parked]] = {}
+
+    def park(self, conn: Connection, cmd: RemotingCommand, h: PullHeader, hold_ms: int) -> asyncio.Future[RemotingCommand | None]:
+        loop = asyncio.get_running_loop()
+        p = _Parked(conn, cmd, h, loop.create_future())
+        key = (h.topic, h.queue_id)
+        self.parked.setdefault(key, []).append(p)
+        p.timer = loop.call_later(hold_ms / 1000.0, self._expire, key, p)
+        return p.fut
+
+    def _expire(self, key: tuple[str, int], p: _Parked) -> None:
+        lst = self.parked.get(key)
+        if lst and p in lst:
+            lst.remove(p)
+            if not lst:
+                del self.parked[key]
+        self._rerun(p)
+
+    def _rerun(self, p: _Parked) -> None:
+        if p.fut.done():
+            return
+        if p.timer is not None:
+            p.timer.cancel()
+        if not p.conn.is_open:
+            p.fut.set_result(None)
+            return
+        try:
+            p.fut.set_result(self.processor.execute(p.conn, p.cmd, p.header, allow_suspend=False))
+        except Exception as e:  # noqa: BLE001 - answered as an error by the connection
+            p.fut.set_exception(e)
+
+    def notify(self, topic: str, queue_id: int, queue_offset: int, tags_code: int) -> None:
+        """Store dispatch listener: a message landed at `queue_offset`."""
+        lst = self.parked.get((topic, queue_id))
+        if not lst:
+            return
+        keep = []
+        for p in lst:
+            if queue_offset >= p.header.queue_offset:
+                self._rerun(p)
+            else:
+                keep.append(p)
+        if keep:
+            self.parked[(topic, queue_id)] = keep
+        else:
+            del self.parked[(topic, queue_id)]
+
+    def wake_all(self) -> None:
+        for lst in list(self.parked.values()):
+            for p in lst:
+                self._rerun(p)
+        self.parked.clear()
+
+
+class PullProcessor:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.hold = PullHoldService(self)
+        broker.store.add_dispatch_listener(self.hold.notify)
+
+    def handlers(self) -> dict[int, object]:
+        return {11: self.process, 361: self.process}
+
+    def process(self, conn: Connection, cmd: RemotingCommand) -> object:
+        h = parse_pull_header(cmd)
+        res = self.execute(conn, cmd, h, allow_suspend=True)
+        if res is None:  # parked
+            cfg = self.broker.cfg
+            hold = h.suspend_timeout_ms if cfg.long_polling_enable else cfg.short_polling_time_mills
+            return self.hold.park(conn, cmd, h, max(0, min(hold, 60_000)))
+        return res
+
+    def _subscription(self, cmd: RemotingCommand, h: PullHeader) -> SubscriptionData | RemotingCommand:
+        if h.sys_flag & FLAG_SUBSCRIPTION:
+            return SubscriptionData.build(h.topic, h.subscription, h.sub_version, h.expression_type)
+        sub = self.broker.consumers.find_subscription(h.group, h.topic)
+        if sub is None:
+            return cmd.response(ResponseCode.SUBSCRIPTION_NOT_EXIST,
+                                f"the consumer's subscription not exist, group: {h.group}, topic: {h.topic}")
+        return sub
+
+    def execute(self, conn: Connection, cmd: RemotingCommand, h: PullHeader,
+                allow_suspend: bool) -> RemotingCommand | None:
+        """Run a pull; returns None when the request should be parked for long polling."""
+        b = self.broker
+        if not b.is_readable():
+            return cmd.response(ResponseCode.NO_PERMISSION, f"the broker[{b.cfg.broker_ip1}] pulling message is forbidden")
+        sg = b.meta.subscriptions.find_or_create(h.group)
+        if sg is None:
+            return cmd.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group [{h.group}] does not exist")
+        if not sg.consume_enable:
+            return cmd.response(ResponseCode.NO_PERMISSION, f"subscription group no permission, {h.group}")
+        tc = b.meta.topics.get(h.topic)
+        if tc is None:
+            return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{h.topic}] not exist, apply first please!")
+        if not tc.perm & PERM_READ:
+            return cmd.response(ResponseCode.NO_PERMISSION, f"the topic[{h.topic}] pulling message is forbidden")
+        if h.queue_id < 0 or h.queue_id >= tc.read_queue_nums:
+            return cmd.response(ResponseCode.INVALID_PARAMETER,
+                                f"queueId[{h.queue_id}] is illegal, topic:[{h.topic}] topicConfig.readQueueNums:"
+                                f"[{tc.read_queue_nums}] consumer:[{conn.remote_addr[0]}]")
+        sub = self._subscription(cmd, h)
+        if isinstance(sub, RemotingCommand):
+            return sub
+        r = b.store.get_message(h.topic, h.queue_id, h.queue_offset, h.max_msg_nums, h.max_msg_bytes,
+                                sub.tag_filter())
+        ext = {"suggestWhichBrokerId": "0", "nextBeginOffset": str(r.next_begin_offset),
+               "minOffset": str(r.min_offset), "maxOffset": str(r.max_offset)}
+        st = r.status
+        if st == S.FOUND:
+            code = ResponseCode.SUCCESS
+        elif st in (S.NO_MATCHED_MESSAGE, S.MESSAGE_WAS_REMOVING):
+            code = ResponseCode.PULL_RETRY_IMMEDIATELY
+        elif st in _NOT_FOUND:
+            code = ResponseCode.PULL_OFFSET_MOVED if h.queue_offset != 0 else ResponseCode.PULL_NOT_FOUND
+        elif st in (S.OFFSET_OVERFLOW_ONE, S.OFFSET_FOUND_NULL):
+            code = ResponseCode.PULL_NOT_FOUND
+        else:  # OFFSET_TOO_SMALL, OFFSET_OVERFLOW_BADLY
+            code = ResponseCode.PULL_OFFSET_MOVED
+        if allow_suspend and h.sys_flag & FLAG_COMMIT_OFFSET and h.commit_offset >= 0 and b.is_master():
+            b.meta.offsets.commit_offset(conn.remote_addr[0], h.group, h.topic, h.queue_id, h.commit_offset)
+        if code == ResponseCode.PULL_NOT_FOUND and allow_suspend and h.sys_flag & FLAG_SUSPEND:
+            return None
+        if code == ResponseCode.SUCCESS:
+            body = b"".join(r.buffers)
+            b.stats.msgs_out += r.message_count
+            b.stats.bytes_out += len(body)
+            return cmd.response(code, st.name, ext, body)
+        return cmd.response(code, st.name, ext)

@@ -1,0 +1,223 @@
+"""SEND_MESSAGE (10), SEND_MESSAGE_V2 (310), SEND_BATCH_MESSAGE (320)."""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from brokerd import message as m
+from brokerd.message import MessageInner
+from brokerd.metadata.topic import PERM_WRITE, TopicConfig, validate_topic
+from brokerd.remoting.codes import ResponseCode
+from brokerd.remoting.command import RemotingCommand
+from brokerd.remoting.connection import Connection
+from brokerd.store.message_store import PutMessageResult, PutStatus
+
+if TYPE_CHECKING:
+    from brokerd.broker import Broker
+
+RETRY_PREFIX = "%RETRY%"
+DLQ_PREFIX = "%DLQ%"
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+NOT_ALLOWED_SEND_TOPICS = frozenset({SCHEDULE_TOPIC, "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+                                     "RMQ_SYS_TRACE_TOPIC_NOT_ALLOWED"})
+# V2 single-letter keys (spec 2.3) -> V1 names
+V2_KEYS = {"a": "producerGroup", "b": "topic", "c": "defaultTopic", "d": "defaultTopicQueueNums", "e": "queueId",
+           "f": "sysFlag", "g": "bornTimestamp", "h": "flag", "i": "properties", "j": "reconsumeTimes",
+           "k": "unitMode", "l": "maxReconsumeTimes", "m": "batch", "n": "brokerName"}
+V1_CODES = (10,)
+
+PUT_STATUS_CODES = {
+    PutStatus.PUT_OK: ResponseCode.SUCCESS,
+    PutStatus.FLUSH_DISK_TIMEOUT: ResponseCode.FLUSH_DISK_TIMEOUT,
+    PutStatus.MESSAGE_ILLEGAL: ResponseCode.MESSAGE_ILLEGAL,
+    PutStatus.PROPERTIES_SIZE_EXCEEDED: ResponseCode.MESSAGE_ILLEGAL,
+    PutStatus.SERVICE_NOT_AVAILABLE: ResponseCode.SERVICE_NOT_AVAILABLE,
+    PutStatus.OS_PAGE_CACHE_BUSY: ResponseCode.SYSTEM_BUSY,
+}
+
+
+@dataclass(slots=True)
+class SendHeader:
+    producer_group: str
+    topic: str
+    default_topic: str
+    default_topic_queue_nums: int
+    queue_id: int
+    sys_flag: int
+    born_timestamp: int
+    flag: int
+    properties: str
+    reconsume_times: int
+    max_reconsume_times: int | None
+    batch: bool
+
+
+def parse_send_header(cmd: RemotingCommand) -> SendHeader:
+    if cmd.code not in V1_CODES:
+        cmd.ext = {V2_KEYS.get(k, k): v for k, v in cmd.ext.items()}
+    mrt = cmd.ext.get("maxReconsumeTimes")
+    return SendHeader(
+        producer_group=cmd.str_field("producerGroup", ""),
+        topic=cmd.str_field("topic"),
+        default_topic=cmd.str_field("defaultTopic", "TBW102"),
+        default_topic_queue_nums=cmd.int_field("defaultTopicQueueNums", 4),
+        queue_id=cmd.int_field("queueId", -1),
+        sys_flag=cmd.int_field("sysFlag", 0),
+        born_timestamp=cmd.int_field("bornTimestamp", 0),
+        flag=cmd.int_field("flag", 0),
+        properties=cmd.ext.get("properties") or "",
+        reconsume_times=cmd.int_field("reconsumeTimes", 0),
+        max_reconsume_times=cmd.int_field("maxReconsumeTimes") if mrt and cmd.version >= 121 else None,
+        batch=cmd.bool_field("batch") or cmd.code == 320 and cmd.ext.get("batch") is None,
+    )
+
+
+class SendProcessor:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.cluster = broker.cfg.broker_cluster_name
+        self.store_host = (broker.cfg.broker_ip1, broker.cfg.listen_port)
+
+    def handlers(self) -> dict[int, object]:
+        return {10: self.process, 310: self.process, 320: self.process}
+
+    def process(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | object:
+        h = parse_send_header(cmd)
+        err = self._check(cmd, h)
+        if isinstance(err, RemotingCommand):
+            return err
+        tc = err
+        queue_id = h.queue_id
+        if queue_id < 0:
+            queue_id = random.randrange(max(tc.write_queue_nums, 1))
+        if queue_id >= max(tc.write_queue_nums, tc.read_queue_nums):
+            return cmd.response(ResponseCode.INVALID_PARAMETER,
+                                f"request queueId[{queue_id}] is illegal, topic {h.topic} has "
+                                f"{tc.write_queue_nums} write queues")
+        body = cmd.body or b""
+        if h.batch:
+            return self._send_batch(conn, cmd, h, tc, queue_id, body)
+        props = m.decode_properties(h.properties)
+        topic = h.topic
+        if topic.startswith(RETRY_PREFIX):
+            topic, queue_id, dlq_err = self._retry_or_dlq(cmd, h, topic, queue_id, props)
+            if dlq_err is not None:
+                return dlq_err
+        msg = self._build(conn, h, topic, queue_id, body, props)
+        return self._store(cmd, h, [msg], queue_id)
+
+    def _check(self, cmd: RemotingCommand, h: SendHeader) -> RemotingCommand | TopicConfig:
+        b = self.broker
+        if not b.is_writeable():
+            return cmd.response(ResponseCode.NO_PERMISSION,
+                                f"the broker[{b.cfg.broker_ip1}] sending message is forbidden")
+        problem = validate_topic(h.topic)
+        if problem:
+            return cmd.response(ResponseCode.INVALID_PARAMETER, problem)
+        if h.topic in NOT_ALLOWED_SEND_TOPICS:
+            return cmd.response(ResponseCode.NO_PERMISSION, f"Sending message to topic[{h.topic}] is forbidden.")
+        topics = b.meta.topics
+        tc = topics.get(h.topic)
+        if tc is None:
+            if h.topic.startswith(RETRY_PREFIX):
+                tc = topics.create_topic_in_send_back_method(h.topic, 1, 6, 0)
+            else:
+                tc = topics.create_topic_in_send_message_method(
+                    h.topic, h.default_topic, "", h.default_topic_queue_nums, 0)
+            if tc is None:
+                return cmd.response(ResponseCode.TOPIC_NOT_EXIST,
+                                    f"topic[{h.topic}] not exist, apply first please!")
+        if not tc.perm & PERM_WRITE:
+            return cmd.response(ResponseCode.NO_PERMISSION, f"the topic[{h.topic}] sending message is forbidden")
+        return tc
+
+    def _retry_or_dlq(self, cmd: RemotingCommand, h: SendHeader, topic: str, queue_id: int,
+                      props: dict[str, str]) -> tuple[str, int, RemotingCommand | None]:
+        group = topic[len(RETRY_PREFIX):]
+        sg = self.broker.meta.subscriptions.find_or_create(group)
+        if sg is None:
+            return topic, queue_id, cmd.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                                                 f"subscription group not exist, {group}")
+        max_times = h.max_reconsume_times if h.max_reconsume_times is not None else sg.retry_max_times
+        if h.reconsume_times > max_times or self.broker.locks.has_live_locks(group):
+            dlq = DLQ_PREFIX + group
+            self.broker.meta.topics.create_topic_in_send_back_method(dlq, 1, 6, 0)
+            props.pop(m.DELAY, None)
+            return dlq, 0, None
+        return topic, queue_id, None
+
+    def _build(self, conn: Connection, h: SendHeader, topic: str, queue_id: int, body: bytes,
+               props: dict[str, str]) -> MessageInner:
+        if m.UNIQ_KEY not in props:
+            props[m.UNIQ_KEY] = m.new_uniq_id()
+        props[m.CLUSTER] = self.cluster
+        msg = MessageInner(topic=topic, queue_id=queue_id, body=body, flag=h.flag, properties=props,
+                           sys_flag=h.sys_flag, born_timestamp=h.born_timestamp, born_host=conn.remote_addr,
+                           store_host=self.store_host, reconsume_times=h.reconsume_times,
+                           tags_code=m.tags_code_of(props.get(m.TAGS)))
+        self.broker.schedule.apply_delay(msg)
+        return msg
+
+    def _send_batch(self, conn: Connection, cmd: RemotingCommand, h: SendHeader, tc: TopicConfig, queue_id: int,
+                    body: bytes) -> RemotingCommand | object:
+        if h.topic.startswith(RETRY_PREFIX):
+            return cmd.response(ResponseCode.MESSAGE_ILLEGAL, "batch request does not support retry group "
+                                + h.topic)
+        try:
+            inner = m.parse_batch_body(body)
+        except ValueError as e:
+            return cmd.response(ResponseCode.MESSAGE_ILLEGAL, f"bad batch body: {e}")
+        if not inner:
+            return cmd.response(ResponseCode.MESSAGE_ILLEGAL, "empty batch")
+        msgs = []
+        for flag, b, props in inner:
+            if m.UNIQ_KEY not in props:
+                props[m.UNIQ_KEY] = m.new_uniq_id()
+            props[m.CLUSTER] = self.cluster
+            msgs.append(MessageInner(topic=h.topic, queue_id=queue_id, body=b, flag=flag, properties=props,
+                                     sys_flag=h.sys_flag, born_timestamp=h.born_timestamp,
+                                     born_host=conn.remote_addr, store_host=self.store_host,
+                                     reconsume_times=h.reconsume_times,
+                                     tags_code=m.tags_code_of(props.get(m.TAGS))))
+        return self._store(cmd, h, msgs, queue_id)
+
+    def _store(self, cmd: RemotingCommand, h: SendHeader, msgs: list[MessageInner], queue_id: int) -> object:
+        store = self.broker.store
+        stats = self.broker.stats
+        if not self.broker.disk_ok():
+            stats.errors += 1
+            return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE,
+                                "service not available now: the disk is full or over its quota")
+        uniq = ",".join(x.properties.get(m.UNIQ_KEY, "") for x in msgs)
+
+        def answer(res: PutMessageResult) -> RemotingCommand:
+            code = PUT_STATUS_CODES.get(res.status, ResponseCode.SYSTEM_ERROR)
+            if code in (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT):
+                stats.msgs_in += res.msg_num
+                stats.bytes_in += res.wrote_bytes
+                return cmd.response(code, None if code == 0 else res.status.name, {
+                    "msgId": res.msg_id, "queueId": str(queue_id), "queueOffset": str(res.queue_offset),
+                    "transactionId": uniq, "MSG_REGION": self.broker.cfg.region_id,
+                    "TRACE_ON": "true" if self.broker.cfg.trace_on else "false"})
+            stats.errors += 1
+            return cmd.response(code, f"put message failed: {res.status.name}")
+
+        if len(msgs) == 1:
+            fast = store.put_message_nowait(msgs[0]) if store.can_put_nowait else None
+            if fast is not None:
+                return answer(fast)
+
+            async def put_one() -> RemotingCommand:
+                return answer(await store.put_message(msgs[0]))
+            return put_one()
+
+        async def put_many() -> RemotingCommand:
+            return answer(await store.put_messages(msgs))
+        return put_many()
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)

@@ -1,0 +1,222 @@
+"""Sans-I/O codec for RocketMQ remoting frames (spec 1.2, 1.4, 1.5).
+
+Frame: int32 totalLen | int32 (serializeType << 24 | headerLen) | header | body.
+We accept JSON (type 0) and ROCKETMQ binary (type 1) headers and always write JSON headers
+with string extFields values, which every client can read.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import orjson
+
+from brokerd.remoting.command import RemotingCommand
+
+MAX_FRAME = 16 * 1024 * 1024
+SERIALIZE_JSON = 0
+SERIALIZE_ROCKETMQ = 1
+
+LANGUAGES = ("JAVA", "CPP", "DOTNET", "PYTHON", "DELPHI", "ERLANG", "RUBY", "OTHER", "HTTP", "GO", "PHP", "OMS",
+             "RUST", "NODE_JS")
+
+_I32 = struct.Struct(">i")
+_PREFIX = struct.Struct(">iI")
+_BIN_FIXED = struct.Struct(">hBhiii")
+
+
+class FrameError(Exception):
+    """The byte stream is not a valid frame; the connection must be closed."""
+
+
+def _coerce(v: Any) -> str | None:
+    if isinstance(v, str):
+        return v
+    if v is None:
+        return None
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        return str(int(v)) if v.is_integer() else repr(v)
+    # Nested objects/arrays are not valid extFields values; keep their JSON text rather than dropping them.
+    return orjson.dumps(v).decode()
+
+
+def _decode_json_header(raw: bytes | memoryview) -> RemotingCommand:
+    try:
+        h = orjson.loads(raw)
+    except orjson.JSONDecodeError as e:
+        raise FrameError(f"header is not JSON: {e}") from None
+    if not isinstance(h, dict):
+        raise FrameError("header is not a JSON object")
+    code = h.get("code")
+    opaque = h.get("opaque", 0)
+    flag = h.get("flag", 0)
+    version = h.get("version", 0)
+    for name, v in (("code", code), ("opaque", opaque), ("flag", flag), ("version", version)):
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise FrameError(f"header field {name} must be an integer")
+    assert isinstance(code, int)
+    lang = h.get("language", "JAVA")
+    if isinstance(lang, int) and 0 <= lang < len(LANGUAGES):
+        lang = LANGUAGES[lang]
+    remark = h.get("remark")
+    raw_ext = h.get("extFields")
+    ext: dict[str, str] = {}
+    if raw_ext is not None:
+        if not isinstance(raw_ext, dict):
+            raise FrameError("extFields must be an object")
+        for k, v in raw_ext.items():
+            s = _coerce(v)
+            if s is not None:
+                ext[k] = s
+    return RemotingCommand(
+        code=code, opaque=opaque, flag=flag, language=lang if isinstance(lang, str) else "OTHER", version=version,
+        remark=remark if isinstance(remark, str) else None, ext=ext,
+    )
+
+
+def _decode_binary_header(raw: bytes | memoryview) -> RemotingCommand:
+    n = len(raw)
+    if n < 21:
+        raise FrameError("binary header shorter than 21 bytes")
+    code, lang, version, opaque, flag, rlen = _BIN_FIXED.unpack_from(raw, 0)
+    pos = 17
+    if rlen < 0 or pos + rlen + 4 > n:
+        raise FrameError("binary header remark length out of bounds")
+    remark = bytes(raw[pos:pos + rlen]).decode("utf-8", "replace") if rlen else None
+    pos += rlen
+    (elen,) = _I32.unpack_from(raw, pos)
+    pos += 4
+    if elen < 0 or pos + elen > n:
+        raise FrameError("binary header extFields length out of bounds")
+    end = pos + elen
+    ext: dict[str, str] = {}
+    while pos < end:
+        if pos + 2 > end:
+            raise FrameError("binary header truncated key length")
+        klen = int.from_bytes(raw[pos:pos + 2], "big", signed=True)
+        pos += 2
+        if klen < 0 or pos + klen + 4 > end:
+            raise FrameError("binary header key out of bounds")
+        key = bytes(raw[pos:pos + klen]).decode("utf-8", "replace")
+        pos += klen
+        (vlen,) = _I32.unpack_from(raw, pos)
+        pos += 4
+        if vlen < 0 or pos + vlen > end:
+            raise FrameError("binary header value out of bounds")
+        if klen and vlen:
+            ext[key] = bytes(raw[pos:pos + vlen]).decode("utf-8", "replace")
+        pos += vlen
+    return RemotingCommand(
+        code=code, opaque=opaque, flag=flag, language=LANGUAGES[lang] if lang < len(LANGUAGES) else "OTHER",
+        version=version, remark=remark, ext=ext,
+    )
+
+
+def decode_payload(frame: bytes | memoryview) -> RemotingCommand:
+    """Decode one frame without its leading 4-byte total length."""
+    n = len(frame)
+    if n < 4:
+        raise FrameError("frame shorter than its header length field")
+    (word,) = _I32.unpack_from(frame, 0)
+    stype = (word >> 24) & 0xFF
+    hlen = word & 0xFFFFFF
+    if 4 + hlen > n:
+        raise FrameError(f"header length {hlen} exceeds frame length {n}")
+    header = frame[4:4 + hlen]
+    if stype == SERIALIZE_JSON:
+        cmd = _decode_json_header(header)
+    elif stype == SERIALIZE_ROCKETMQ:
+        cmd = _decode_binary_header(header)
+    else:
+        raise FrameError(f"unknown serialize type {stype}")
+    if 4 + hlen < n:
+        cmd.body = bytes(frame[4 + hlen:])
+    return cmd
+
+
+def encode_header(cmd: RemotingCommand) -> bytes:
+    h: dict[str, Any] = {
+        "code": cmd.code,
+        "extFields": cmd.ext,
+        "flag": cmd.flag,
+        "language": cmd.language,
+        "opaque": cmd.opaque,
+        "serializeTypeCurrentRPC": "JSON",
+        "version": cmd.version,
+    }
+    if cmd.remark is not None:
+        h["remark"] = cmd.remark
+    return orjson.dumps(h)
+
+
+def encode(cmd: RemotingCommand) -> bytes:
+    """Encode with a JSON header. extFields values must already be strings."""
+    header = encode_header(cmd)
+    body = cmd.body or b""
+    return _PREFIX.pack(4 + len(header) + len(body), len(header)) + header + body
+
+
+def encode_parts(cmd: RemotingCommand) -> tuple[bytes, bytes | memoryview | None]:
+    """Prefix+header and body separately, so a large body is not copied (writelines)."""
+    header = encode_header(cmd)
+    body = cmd.body
+    blen = len(body) if body else 0
+    return _PREFIX.pack(4 + len(header) + blen, len(header)) + header, body
+
+
+def encode_binary(cmd: RemotingCommand) -> bytes:
+    """ROCKETMQ binary header encoding; we never answer with it, but tests and Java-like peers send it."""
+    remark = cmd.remark.encode() if cmd.remark else b""
+    parts = []
+    for k, v in cmd.ext.items():
+        kb, vb = k.encode(), v.encode()
+        parts.append(len(kb).to_bytes(2, "big") + kb + len(vb).to_bytes(4, "big") + vb)
+    ext = b"".join(parts)
+    lang = LANGUAGES.index(cmd.language) if cmd.language in LANGUAGES else 7
+    header = (
+        _BIN_FIXED.pack(cmd.code, lang, cmd.version, cmd.opaque, cmd.flag, len(remark)) + remark
+        + _I32.pack(len(ext)) + ext
+    )
+    body = cmd.body or b""
+    return _PREFIX.pack(4 + len(header) + len(body), (SERIALIZE_ROCKETMQ << 24) | len(header)) + header + body
+
+
+class FrameDecoder:
+    """Accumulates bytes and yields complete commands. Raises FrameError on a malformed stream."""
+
+    __slots__ = ("_buf", "max_frame")
+
+    def __init__(self, max_frame: int = MAX_FRAME) -> None:
+        self._buf = bytearray()
+        self.max_frame = max_frame
+
+    def feed(self, data: bytes) -> list[RemotingCommand]:
+        buf = self._buf
+        buf += data
+        out: list[RemotingCommand] = []
+        pos = 0
+        n = len(buf)
+        mv = memoryview(buf)
+        try:
+            while n - pos >= 4:
+                (total,) = _I32.unpack_from(buf, pos)
+                if total < 4 or total > self.max_frame:
+                    raise FrameError(f"frame length {total} out of range (4..{self.max_frame})")
+                if n - pos - 4 < total:
+                    break
+                out.append(decode_payload(mv[pos + 4:pos + 4 + total]))
+                pos += 4 + total
+        finally:
+            mv.release()
+        if pos:
+            del buf[:pos]
+        return out
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buf)

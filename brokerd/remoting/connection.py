@@ -1,0 +1,235 @@
+"""One remoting connection (asyncio Protocol) shared by servers and clients.
+
+Both sides may send requests: a frame with the response flag completes the pending request with the same
+opaque; any other frame is a request dispatched to the processor table. Responses of synchronous handlers
+produced by one read are written with a single write (pipelining).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import itertools
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+import structlog
+
+from brokerd.remoting.codec import MAX_FRAME, FrameDecoder, FrameError, encode, encode_parts
+from brokerd.remoting.codes import ResponseCode
+from brokerd.remoting.command import FLAG_ONEWAY, HeaderError, RemotingCommand
+
+log = structlog.get_logger("remoting")
+
+HandlerResult = RemotingCommand | None | Awaitable[RemotingCommand | None]
+
+
+class Handler(Protocol):
+    def __call__(self, conn: Connection, cmd: RemotingCommand) -> HandlerResult: ...
+
+
+class RemotingTimeout(Exception):
+    pass
+
+
+class ConnectionClosed(Exception):
+    pass
+
+
+_opaque_counter = itertools.count(1)
+
+
+def next_opaque() -> int:
+    return next(_opaque_counter) & 0x7FFFFFFF
+
+
+class Dispatcher:
+    """Maps request codes to handlers; unknown codes answer REQUEST_CODE_NOT_SUPPORTED."""
+
+    def __init__(self, name: str = "") -> None:
+        self.name = name
+        self.handlers: dict[int, Handler] = {}
+        self.default: Handler | None = None
+
+    def register(self, code: int, handler: Handler) -> None:
+        self.handlers[code] = handler
+
+    def register_all(self, table: dict[int, Handler]) -> None:
+        self.handlers.update(table)
+
+    def lookup(self, code: int) -> Handler | None:
+        return self.handlers.get(code, self.default)
+
+
+def _error_response(cmd: RemotingCommand, exc: BaseException) -> RemotingCommand:
+    if isinstance(exc, HeaderError):
+        return cmd.response(exc.code, str(exc))
+    return cmd.response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+
+
+class Connection(asyncio.Protocol):
+    def __init__(
+        self,
+        dispatcher: Dispatcher | None,
+        on_close: Callable[[Connection], None] | None = None,
+        max_frame: int = MAX_FRAME,
+    ) -> None:
+        self.dispatcher = dispatcher
+        self._on_close = [on_close] if on_close else []
+        self._decoder = FrameDecoder(max_frame)
+        self.transport: asyncio.Transport | None = None
+        self.pending: dict[int, asyncio.Future[RemotingCommand]] = {}
+        self.closed = asyncio.get_running_loop().create_future()
+        self.remote_addr: tuple[str, int] = ("0.0.0.0", 0)
+        self.local_addr: tuple[str, int] = ("0.0.0.0", 0)
+        self.inflight: set[asyncio.Task[None]] = set()
+        self.attrs: dict[str, object] = {}  # per-connection state for processors (e.g. client id)
+        self._paused = False
+        self._drain_waiters: list[asyncio.Future[None]] = []
+
+    # -- asyncio.Protocol ---------------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        sock = transport.get_extra_info("sockname")
+        if peer:
+            self.remote_addr = (peer[0], peer[1])
+        if sock:
+            self.local_addr = (sock[0], sock[1])
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            cmds = self._decoder.feed(data)
+        except FrameError as e:
+            log.warning("frame_rejected", remote=f"{self.remote_addr[0]}:{self.remote_addr[1]}", reason=str(e))
+            self.close()
+            return
+        out: list[bytes | memoryview] = []
+        for cmd in cmds:
+            if cmd.is_response:
+                fut = self.pending.pop(cmd.opaque, None)
+                if fut is not None and not fut.done():
+                    fut.set_result(cmd)
+                continue
+            self._dispatch(cmd, out)
+        if out and self.transport is not None and not self.transport.is_closing():
+            self.transport.writelines(out)
+
+    def _dispatch(self, cmd: RemotingCommand, out: list[bytes | memoryview]) -> None:
+        handler = self.dispatcher.lookup(cmd.code) if self.dispatcher else None
+        if handler is None:
+            if not cmd.is_oneway:
+                self._append(out, cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                                               f" request type {cmd.code} not supported"))
+            return
+        try:
+            res = handler(self, cmd)
+        except Exception as e:  # noqa: BLE001 - contained to this request
+            if not isinstance(e, HeaderError):
+                log.warning("processor_error", code=cmd.code, error=repr(e))
+            if not cmd.is_oneway:
+                self._append(out, _error_response(cmd, e))
+            return
+        if inspect.isawaitable(res):
+            task = asyncio.ensure_future(self._finish(cmd, res))
+            self.inflight.add(task)
+            task.add_done_callback(self.inflight.discard)
+        elif res is not None and not cmd.is_oneway:
+            self._append(out, res)
+
+    @staticmethod
+    def _append(out: list[bytes | memoryview], resp: RemotingCommand) -> None:
+        head, body = encode_parts(resp)
+        out.append(head)
+        if body:
+            out.append(body)
+
+    async def _finish(self, cmd: RemotingCommand, aw: Awaitable[RemotingCommand | None]) -> None:
+        try:
+            resp = await aw
+        except asyncio.CancelledError:
+            return
+        except Exception as e:  # noqa: BLE001
+            if not isinstance(e, HeaderError):
+                log.warning("processor_error", code=cmd.code, error=repr(e))
+            resp = _error_response(cmd, e)
+        if resp is not None and not cmd.is_oneway:
+            self.write(resp)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        for fut in self.pending.values():
+            if not fut.done():
+                fut.set_exception(ConnectionClosed(f"connection to {self.remote_addr} closed"))
+        self.pending.clear()
+        for w in self._drain_waiters:
+            if not w.done():
+                w.set_result(None)
+        if not self.closed.done():
+            self.closed.set_result(None)
+        for cb in self._on_close:
+            try:
+                cb(self)
+            except Exception as e:  # noqa: BLE001
+                log.warning("on_close_callback_failed", error=repr(e))
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        waiters, self._drain_waiters = self._drain_waiters, []
+        for w in waiters:
+            if not w.done():
+                w.set_result(None)
+
+    # -- API ---------------------------------------------------------------------------------------------
+
+    def add_close_callback(self, cb: Callable[[Connection], None]) -> None:
+        self._on_close.append(cb)
+
+    @property
+    def is_open(self) -> bool:
+        return self.transport is not None and not self.transport.is_closing() and not self.closed.done()
+
+    def write(self, cmd: RemotingCommand) -> None:
+        if self.transport is None or self.transport.is_closing():
+            return
+        head, body = encode_parts(cmd)
+        if body:
+            self.transport.writelines([head, body])
+        else:
+            self.transport.write(head)
+
+    async def drain(self) -> None:
+        if self._paused and self.is_open:
+            fut = asyncio.get_running_loop().create_future()
+            self._drain_waiters.append(fut)
+            await fut
+
+    async def request(self, cmd: RemotingCommand, timeout: float = 3.0) -> RemotingCommand:
+        """Send a two-way request and wait for the response with the same opaque."""
+        if not self.is_open:
+            raise ConnectionClosed(f"connection to {self.remote_addr} is closed")
+        cmd.opaque = next_opaque()
+        cmd.flag &= ~FLAG_ONEWAY
+        fut: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
+        self.pending[cmd.opaque] = fut
+        assert self.transport is not None
+        self.transport.write(encode(cmd))
+        try:
+            return await asyncio.wait_for(fut, timeout)
+        except TimeoutError:
+            raise RemotingTimeout(f"request code {cmd.code} to {self.remote_addr} timed out after {timeout}s") from None
+        finally:
+            self.pending.pop(cmd.opaque, None)
+
+    def oneway(self, cmd: RemotingCommand) -> None:
+        cmd.opaque = next_opaque()
+        cmd.flag |= FLAG_ONEWAY
+        self.write(cmd)
+
+    def close(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.close()

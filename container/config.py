@@ -1,0 +1,52 @@
+"""Container configuration (RocketMQ's BrokerContainerConfig keys plus ours)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from brokerd.config_file import ConfigError, build_config, read_properties
+
+
+@dataclass(frozen=True)
+class ContainerConfig:
+    listen_port: int = 10811  # the container's admin port
+    broker_container_ip: str = "127.0.0.1"
+    namesrv_addr: str | None = None
+    broker_config_paths: str = ""  # ':'-separated broker config files
+    embedded_namesrv_enable: bool = True
+    embedded_namesrv_port: int = 9876
+    logs_root: str = field(default_factory=lambda: os.path.join(os.path.expanduser("~"), "logs", "rocketmqlogs"))
+    isolate_log_enable: bool = False
+    metrics_port: int = 0  # aiohttp /metrics; 0 = disabled? no: -1 disables, 0 = ephemeral
+    replicas_per_disk_partition: int = 1
+    logical_disk_space_clean_forcibly_threshold: float = 0.80
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.listen_port <= 65535:
+            raise ConfigError(f"listenPort: invalid port {self.listen_port}")
+        if not 0 <= self.embedded_namesrv_port <= 65535:
+            raise ConfigError(f"embeddedNamesrvPort: invalid port {self.embedded_namesrv_port}")
+        if not -1 <= self.metrics_port <= 65535:
+            raise ConfigError(f"metricsPort: invalid port {self.metrics_port}")
+        if self.replicas_per_disk_partition < 1:
+            raise ConfigError("replicasPerDiskPartition: must be >= 1")
+        if not 0.0 < self.logical_disk_space_clean_forcibly_threshold <= 1.0:
+            raise ConfigError("logicalDiskSpaceCleanForciblyThreshold: must be in (0, 1]")
+
+    @property
+    def broker_paths(self) -> list[str]:
+        return [p for p in self.broker_config_paths.split(":") if p.strip()]
+
+    @property
+    def namesrv_addrs(self) -> list[str]:
+        return [a.strip() for a in (self.namesrv_addr or "").split(";") if a.strip()]
+
+
+def load_container_config(path: str) -> ContainerConfig:
+    props = read_properties(path)
+    base = os.path.dirname(os.path.abspath(path))
+    cfg = build_config(ContainerConfig, props)
+    # relative broker config paths are relative to the container config file
+    paths = [p if os.path.isabs(p) else os.path.join(base, p) for p in cfg.broker_paths]
+    return build_config(ContainerConfig, {**props, "brokerConfigPaths": ":".join(paths)})

@@ -1,0 +1,149 @@
+"""The broker container: one event loop, one shared outbound client, many broker instances, each with its own
+listening sub-servers (listenPort and listenPort - 2) and processor tables; plus the admin port and an optional
+embedded name server."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+from dataclasses import dataclass, field
+
+import structlog
+
+from brokerd.broker import Broker
+from brokerd.broker_config import BrokerConfig, load_broker_config
+from brokerd.config_file import ConfigError
+from brokerd.remoting.client import RemotingClient
+from brokerd.remoting.codes import ResponseCode
+from brokerd.remoting.connection import Dispatcher
+from brokerd.remoting.server import RemotingServer
+from container.config import ContainerConfig
+
+log = structlog.get_logger("container")
+
+
+class ContainerError(Exception):
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass
+class BrokerSlot:
+    broker: Broker
+    servers: list[RemotingServer] = field(default_factory=list)
+    config_path: str | None = None
+
+
+class BrokerContainer:
+    def __init__(self, cfg: ContainerConfig) -> None:
+        self.cfg = cfg
+        self.outer = RemotingClient()
+        self.brokers: dict[str, BrokerSlot] = {}
+        self.admin_dispatcher = Dispatcher("container")
+        self.admin_server: RemotingServer | None = None
+        self.namesrv_server: RemotingServer | None = None
+        self.namesrv = None
+        self._lock = asyncio.Lock()
+
+    @property
+    def namesrv_addrs(self) -> list[str]:
+        if self.cfg.namesrv_addrs:
+            return self.cfg.namesrv_addrs
+        if self.namesrv_server is not None:
+            return [f"127.0.0.1:{self.namesrv_server.port}"]
+        return []
+
+    async def start(self) -> None:
+        if self.cfg.embedded_namesrv_enable:
+            from brokerd.namesrv.service import NamesrvConfig, NamesrvService
+
+            self.namesrv = NamesrvService(NamesrvConfig(listen_port=self.cfg.embedded_namesrv_port))
+            d = Dispatcher("namesrv")
+            d.register_all(self.namesrv.handlers())
+            self.namesrv_server = RemotingServer(d, port=self.cfg.embedded_namesrv_port, name="namesrv")
+            await self.namesrv_server.start()
+            await self.namesrv.start()
+        from container.admin import register_admin
+
+        register_admin(self)
+        self.admin_server = RemotingServer(self.admin_dispatcher, port=self.cfg.listen_port, name="container-admin")
+        await self.admin_server.start()
+        for path in self.cfg.broker_paths:
+            await self.add_broker(path)
+        log.info("container_started", admin_port=self.admin_server.port, brokers=sorted(self.brokers))
+
+    async def stop(self) -> None:
+        for ident in list(self.brokers):
+            await self.remove_broker(ident)
+        if self.admin_server is not None:
+            await self.admin_server.stop()
+        if self.namesrv is not None:
+            await self.namesrv.stop()
+        if self.namesrv_server is not None:
+            await self.namesrv_server.stop()
+        await self.outer.close()
+        log.info("container_stopped")
+
+    # -- brokers -------------------------------------------------------------------------------------------
+
+    def load_broker_config(self, path: str) -> BrokerConfig:
+        if not path:
+            raise ContainerError(ResponseCode.SYSTEM_ERROR, "addBroker config path is empty")
+        if not os.path.isfile(path):
+            raise ContainerError(ResponseCode.SYSTEM_ERROR, f"broker config file not found or unreadable: {path}")
+        try:
+            return load_broker_config(path)
+        except ConfigError as e:
+            raise ContainerError(ResponseCode.SYSTEM_ERROR, f"invalid broker config {path}: {e}") from e
+
+    async def add_broker(self, path: str) -> Broker:
+        cfg = self.load_broker_config(path)
+        async with self._lock:
+            if cfg.identity in self.brokers:
+                raise ContainerError(ResponseCode.SYSTEM_ERROR, f"broker {cfg.identity} already exists in this container")
+            for slot in self.brokers.values():
+                if os.path.abspath(slot.broker.cfg.store_path_root_dir) == os.path.abspath(cfg.store_path_root_dir):
+                    raise ContainerError(ResponseCode.SYSTEM_ERROR,
+                                         f"storePathRootDir {cfg.store_path_root_dir} is used by {slot.broker.cfg.identity}")
+            broker = Broker(cfg, self.outer, config_path=path, namesrv_addrs=self.namesrv_addrs)
+            slot = BrokerSlot(broker, config_path=path)
+            try:
+                await self._bind(slot)
+                await broker.start()
+            except BaseException as e:
+                for s in slot.servers:
+                    await s.stop(grace=0)
+                if broker.status != "created":
+                    await broker.store.shutdown()
+                if isinstance(e, ContainerError):
+                    raise
+                raise ContainerError(ResponseCode.SYSTEM_ERROR, f"start broker {cfg.identity} failed: {e}") from e
+            self.brokers[cfg.identity] = slot
+        return broker
+
+    async def _bind(self, slot: BrokerSlot) -> None:
+        cfg = slot.broker.cfg
+        ports = [(cfg.listen_port, slot.broker.dispatcher)]
+        if cfg.fast_listen_port_enable:
+            ports.append((cfg.listen_port - 2, slot.broker.fast_dispatcher))
+        for port, disp in ports:
+            server = RemotingServer(disp, port=port, name=cfg.identity)
+            try:
+                await server.start()
+            except OSError as e:
+                reason = "port in use" if e.errno == errno.EADDRINUSE else (e.strerror or str(e))
+                raise ContainerError(ResponseCode.SYSTEM_ERROR, f"cannot listen on port {port}: {reason}") from e
+            slot.servers.append(server)
+
+    async def remove_broker(self, identity: str) -> None:
+        async with self._lock:
+            slot = self.brokers.pop(identity, None)
+            if slot is None:
+                raise ContainerError(ResponseCode.BROKER_NOT_EXIST, f"broker {identity} does not exist in this container")
+            # stop accepting and finish in-flight requests, then flush and close the store, unregister
+            slot.broker.pull.hold.wake_all()
+            for s in slot.servers:
+                await s.stop()
+            await slot.broker.shutdown()

@@ -1,0 +1,166 @@
+"""Remoting server/client over real loopback sockets: dispatch, errors, one-way, bidirectional requests, bad input."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from brokerd.remoting import (Connection, Dispatcher, RemotingClient, RemotingCommand, RemotingServer, encode,
+                              request)
+from brokerd.remoting.codec import FrameDecoder
+
+
+def make_dispatcher(seen: list[RemotingCommand]) -> Dispatcher:
+    d = Dispatcher("test")
+
+    def echo(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        seen.append(cmd)
+        return cmd.response(ext={"echo": cmd.ext.get("v", "")}, body=cmd.body)
+
+    async def slow(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        await asyncio.sleep(0.05)  # sleep-ok: simulates a slow processor
+        return cmd.response(ext={"slow": "1"})
+
+    def boom(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        raise RuntimeError("kaput")
+
+    def needs_int(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        return cmd.response(ext={"n": str(cmd.int_field("n"))})
+
+    async def ask_back(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        resp = await conn.request(request(500, {"q": "ping"}), timeout=2)
+        return cmd.response(ext={"client_said": resp.ext["a"]})
+
+    d.register_all({1: echo, 2: slow, 3: boom, 4: needs_int, 5: ask_back})
+    return d
+
+
+@pytest.fixture
+async def server():
+    seen: list[RemotingCommand] = []
+    srv = RemotingServer(make_dispatcher(seen), host="127.0.0.1", port=0)
+    await srv.start()
+    srv.seen = seen  # type: ignore[attr-defined]
+    yield srv
+    await srv.stop(grace=1)
+
+
+async def raw_exchange(port: int, data: bytes, expect: int) -> list[RemotingCommand]:
+    r, w = await asyncio.open_connection("127.0.0.1", port)
+    w.write(data)
+    dec, out = FrameDecoder(), []
+    try:
+        while len(out) < expect:
+            chunk = await asyncio.wait_for(r.read(65536), 5)
+            if not chunk:
+                break
+            out += dec.feed(chunk)
+    finally:
+        w.close()
+    return out
+
+
+async def test_request_response_and_pipelining(server: RemotingServer) -> None:
+    client = RemotingClient()
+    try:
+        addr = f"127.0.0.1:{server.port}"
+        resps = await asyncio.gather(*[client.invoke(addr, request(1, {"v": str(i)}, body=b"b%d" % i))
+                                       for i in range(200)])
+        assert [r.ext["echo"] for r in resps] == [str(i) for i in range(200)]
+        assert all(r.body == b"b%d" % i for i, r in enumerate(resps))
+        slow, fast = await asyncio.gather(client.invoke(addr, request(2)), client.invoke(addr, request(1)))
+        assert slow.ext == {"slow": "1"} and fast.code == 0
+    finally:
+        await client.close()
+
+
+async def test_unknown_code_answers_3_and_exception_answers_1(server: RemotingServer) -> None:
+    client = RemotingClient()
+    addr = f"127.0.0.1:{server.port}"
+    try:
+        r = await client.invoke(addr, request(777))
+        assert r.code == 3 and "777" in (r.remark or "")
+        r = await client.invoke(addr, request(3))
+        assert r.code == 1 and "kaput" in (r.remark or "")
+        r = await client.invoke(addr, request(4, {"n": "x1"}))
+        assert r.code == 29 and "'n'" in (r.remark or "")
+        r = await client.invoke(addr, request(1, {"v": "still alive"}))
+        assert r.ext["echo"] == "still alive"
+    finally:
+        await client.close()
+
+
+async def test_oneway_is_never_answered(server: RemotingServer) -> None:
+    oneway = encode(RemotingCommand(code=1, opaque=1, flag=2, ext={"v": "ow"}))
+    unknown_oneway = encode(RemotingCommand(code=999, opaque=2, flag=2))
+    twoway = encode(RemotingCommand(code=1, opaque=3, ext={"v": "tw"}))
+    got = await raw_exchange(server.port, oneway + unknown_oneway + twoway, expect=1)
+    assert [c.opaque for c in got] == [3]
+    assert any(c.ext.get("v") == "ow" for c in server.seen)  # type: ignore[attr-defined]
+
+
+async def test_server_can_send_requests_to_the_client(server: RemotingServer) -> None:
+    d = Dispatcher("client")
+    d.register(500, lambda conn, cmd: cmd.response(ext={"a": "pong"}))
+    client = RemotingClient(dispatcher=d)
+    try:
+        r = await client.invoke(f"127.0.0.1:{server.port}", request(5))
+        assert r.ext["client_said"] == "pong"
+    finally:
+        await client.close()
+
+
+async def test_malformed_frame_closes_only_that_connection(server: RemotingServer) -> None:
+    client = RemotingClient()
+    addr = f"127.0.0.1:{server.port}"
+    try:
+        assert (await client.invoke(addr, request(1, {"v": "before"}))).code == 0
+        r, w = await asyncio.open_connection("127.0.0.1", server.port)
+        w.write(struct.pack(">ii", 12, 8) + b"not json")
+        assert await asyncio.wait_for(r.read(), 5) == b""  # closed by the server
+        w.close()
+        assert (await client.invoke(addr, request(1, {"v": "after"}))).ext["echo"] == "after"
+    finally:
+        await client.close()
+
+
+async def test_request_timeout_and_connect_failure() -> None:
+    from brokerd.remoting import ConnectionClosed, RemotingTimeout
+
+    d = Dispatcher("mute")
+
+    async def never(conn: Connection, cmd: RemotingCommand) -> None:
+        await asyncio.Event().wait()
+
+    d.register(1, never)
+    srv = RemotingServer(d, host="127.0.0.1", port=0)
+    await srv.start()
+    port = srv.port
+    client = RemotingClient()
+    try:
+        with pytest.raises(RemotingTimeout):
+            await client.invoke(f"127.0.0.1:{port}", request(1), timeout=0.2)
+    finally:
+        await client.close()
+        await srv.stop(grace=0.1)
+    with pytest.raises(ConnectionClosed):
+        await RemotingClient().invoke(f"127.0.0.1:{port}", request(1), timeout=0.5)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(junk=st.binary(min_size=1, max_size=300))
+async def test_fuzzed_garbage_never_hurts_other_connections(server: RemotingServer, junk: bytes) -> None:
+    client = RemotingClient()
+    try:
+        _, w = await asyncio.open_connection("127.0.0.1", server.port)
+        w.write(junk)
+        await w.drain()
+        w.close()
+        r = await client.invoke(f"127.0.0.1:{server.port}", request(1, {"v": "ok"}))
+        assert r.ext["echo"] == "ok"
+    finally:
+        await client.close()
