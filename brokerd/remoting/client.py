@@ -42,7 +42,10 @@ class RemotingClient:
             self._conns[addr] = proto
             fut.set_result(proto)
             return proto
-        except BaseException as e:
+        except asyncio.CancelledError:
+            fut.cancel()
+            raise
+        except Exception as e:
             fut.set_exception(ConnectionClosed(f"cannot connect to {addr}: {e}"))
             fut.exception()  # mark retrieved
             raise ConnectionClosed(f"cannot connect to {addr}: {e}") from e

@@ -11,7 +11,7 @@ import asyncio
 import inspect
 import itertools
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import Protocol, cast
 
 import structlog
 
@@ -90,8 +90,7 @@ class Connection(asyncio.Protocol):
     # -- asyncio.Protocol ---------------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's transports don't subclass asyncio's
         peer = transport.get_extra_info("peername")
         sock = transport.get_extra_info("sockname")
         if peer:

@@ -47,7 +47,7 @@ class RemotingServer:
             await asyncio.wait(tasks, timeout=grace)
         for c in list(self.connections):
             c.close()
-        closing = [c.closed for c in self.connections]
+        closing = [c.closed for c in self.connections if c.transport is not None]
         if closing:
             await asyncio.wait(closing, timeout=grace)
         await self._server.wait_closed()

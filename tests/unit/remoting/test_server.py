@@ -164,3 +164,9 @@ async def test_fuzzed_garbage_never_hurts_other_connections(server: RemotingServ
         assert r.ext["echo"] == "ok"
     finally:
         await client.close()
+
+
+async def test_tests_run_on_uvloop_like_the_daemons() -> None:
+    import uvloop
+
+    assert isinstance(asyncio.get_running_loop(), uvloop.Loop)

@@ -1,0 +1,87 @@
+#!/usr/bin/env python3
+"""Benchmark: produce/consume throughput of mqbrokercontainer vs the Python transport ceiling, in one run.
+
+Starts the daemon (ASYNC_FLUSH, then SYNC_FLUSH) and a minimal remoting server, drives each with the same
+pipelined load generator process (scripts/bench/loadgen.py), prints one JSON document.
+Usage: .venv/bin/python scripts/bench/produce_consume.py [--total N] [--conns C] [--inflight K]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from tests.support import Cluster, Daemon, can_connect, free_port, rpc, wait_for  # noqa: E402
+
+PY = sys.executable
+
+
+def loadgen(mode: str, addr: str, args: argparse.Namespace, topic: str, total: int) -> dict[str, object]:
+    cmd = [PY, "-m", "scripts.bench.loadgen", mode, "--addr", addr, "--topic", topic, "--conns", str(args.conns),
+           "--inflight", str(args.inflight), "--total", str(total), "--body", str(args.body), "--queues", "8"]
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def ceiling(args: argparse.Namespace, tmp: pathlib.Path) -> dict[str, object]:
+    port = free_port()
+    d = Daemon([PY, str(ROOT / "scripts/bench/ceiling_server.py"), str(port)], tmp / "ceiling.log",
+               env={"PYTHONPATH": str(ROOT)}).start()
+    try:
+        wait_for(lambda: can_connect(port), 20, "ceiling server")
+        return loadgen("produce", f"127.0.0.1:{port}", args, "BenchTopic", args.total)
+    finally:
+        d.stop()
+
+
+def broker_run(args: argparse.Namespace, tmp: pathlib.Path, flush: str) -> dict[str, object]:
+    c = Cluster(tmp / flush, brokers=1, flushDiskType=flush).start()
+    try:
+        assert rpc(c.broker_addr(), 17, {"topic": "BenchTopic", "readQueueNums": "8", "writeQueueNums": "8"}).code == 0
+        res: dict[str, object] = {"produce": loadgen("produce", c.broker_addr(), args, "BenchTopic", args.total)}
+        if flush == "ASYNC_FLUSH":
+            res["consume"] = loadgen("consume", c.broker_addr(), args, "BenchTopic", args.total)
+        return res
+    finally:
+        c.stop()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--total", type=int, default=200_000)
+    ap.add_argument("--conns", type=int, default=4)
+    ap.add_argument("--inflight", type=int, default=64)
+    ap.add_argument("--body", type=int, default=1024)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-") as d:
+        tmp = pathlib.Path(d)
+        for sub in ("ASYNC_FLUSH", "SYNC_FLUSH"):
+            (tmp / sub).mkdir()
+        ceil = ceiling(args, tmp)
+        async_res = broker_run(args, tmp, "ASYNC_FLUSH")
+        sync_res = broker_run(args, tmp, "SYNC_FLUSH")
+    ap_ = async_res["produce"]
+    out = {
+        "bench": "produce_consume", "date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": platform.machine(),
+        "cpus": os.cpu_count(), "python": platform.python_version(),
+        "params": {"total": args.total, "conns": args.conns, "inflight_per_conn": args.inflight, "body": args.body},
+        "ceiling_produce": ceil, "async_flush": async_res, "sync_flush": sync_res,
+        "ratio_async_to_ceiling": round(ap_["msg_per_s"] / ceil["msg_per_s"], 3),  # type: ignore[operator]
+        "consume_to_produce": round(async_res["consume"]["msg_per_s"] / ap_["msg_per_s"], 3),  # type: ignore[index]
+    }
+    print(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

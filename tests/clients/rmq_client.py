@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""Drive the real RocketMQ client (rocketmq-python-cvs 2.1.0.3, C++ core) for integration tests.
+
+Runs in its own venv (.venv-client). Prints one JSON object per line:
+  produce: {"sent": i, "status": ..., "msg_id": ..., "offset": ...} then {"sent_ok": n}
+  push/pull: {"recv": {...message fields...}} per delivery, then {"recv_ok": n_distinct}
+Environment: NAMESRV, TOPIC, GROUP, COUNT, TAG (or TAGS=a,b for round-robin), DELAY_LEVEL, EXPR, TIMEOUT,
+FAIL_TIMES (push: answer RECONSUME_LATER for each message until it was delivered FAIL_TIMES+1 times),
+FAIL_ALL=1 (push: always fail), START_AT (produce: first index), STOP_AFTER (push: exit after N deliveries),
+BODY_SIZE (produce: pad bodies to this many bytes).
+"""
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+
+os.environ.setdefault("ROCKETMQ_CLIENT_LOG_DIR", os.environ.get("LOG_DIR", os.path.join(tempfile.gettempdir(), "rmq-test-client-logs")))
+os.makedirs(os.environ["ROCKETMQ_CLIENT_LOG_DIR"], exist_ok=True)
+
+import rocketmq.client as rc  # noqa: E402
+from rocketmq.ffi import _CConsumeStatus, dll  # noqa: E402
+
+E = os.environ
+NAMESRV = E.get("NAMESRV", "127.0.0.1:9876")
+TOPIC = E.get("TOPIC", "TestTopic")
+GROUP = E.get("GROUP", "test_group")
+COUNT = int(E.get("COUNT", "10"))
+TIMEOUT = float(E.get("TIMEOUT", "60"))
+lock = threading.Lock()
+out_lock = threading.Lock()
+
+
+def emit(obj):
+    with out_lock:
+        sys.stdout.write(json.dumps(obj) + "\n")
+        sys.stdout.flush()
+
+
+def produce():
+    p = rc.Producer(E.get("PGROUP", "PID_" + GROUP), timeout=int(E.get("SEND_TIMEOUT_MS", "5000")))
+    p.set_namesrv_addr(NAMESRV)
+    p.start()
+    tags = E.get("TAGS", E.get("TAG", "TagA")).split(",")
+    start = int(E.get("START_AT", "0"))
+    size = int(E.get("BODY_SIZE", "0"))
+    delay = int(E.get("DELAY_LEVEL", "0"))
+    ok = 0
+    for i in range(start, start + COUNT):
+        msg = rc.Message(TOPIC)
+        msg.set_keys("key-%d" % i)
+        msg.set_tags(tags[i % len(tags)])
+        msg.set_property("seq", str(i))
+        msg.set_property("color", "blue-%d" % (i % 3))
+        body = "body-%d-%s" % (i, "é✓")
+        if size:
+            body = body + "x" * max(0, size - len(body.encode()))
+        msg.set_body(body)
+        if delay:
+            msg.set_delay_time_level(delay)
+        t0 = time.time()
+        try:
+            res = p.send_sync(msg)
+        except Exception as e:  # noqa: BLE001
+            emit({"sent": i, "error": str(e)})
+            continue
+        emit({"sent": i, "status": res.status.name, "msg_id": res.msg_id, "offset": res.offset,
+              "sent_at_ms": int(t0 * 1000)})
+        if res.status == rc.SendStatus.OK:
+            ok += 1
+    p.shutdown()
+    emit({"sent_ok": ok})
+    return 0 if ok == COUNT else 1
+
+
+def record(m, deliveries, done):
+    props = {k: m.get_property(k) for k in ("seq", "color", "RETRY_TOPIC", "ORIGIN_MESSAGE_ID", "REAL_TOPIC")}
+    body = m.body.decode("utf-8", "replace") if isinstance(m.body, bytes) else str(m.body)
+    info = {"id": m.id, "topic": m.topic, "tags": m.tags, "keys": m.keys, "body": body, "queue_id": m.queue_id,
+            "offset": m.queue_offset, "reconsume_times": m.reconsume_times, "store_ts": m.store_timestamp,
+            "born_ts": m.born_timestamp, "props": {k: (v.decode() if isinstance(v, bytes) else v) for k, v in props.items()},
+            "recv_at_ms": int(time.time() * 1000)}
+    with lock:
+        deliveries.append(info)
+        emit({"recv": info})
+        distinct = {(d["props"]["seq"]) for d in deliveries}
+        if len(distinct) >= COUNT or (E.get("STOP_AFTER") and len(deliveries) >= int(E["STOP_AFTER"])):
+            done.set()
+
+
+def push():
+    c = rc.PushConsumer(GROUP)
+    c.set_namesrv_addr(NAMESRV)
+    if E.get("THREADS"):
+        c.set_thread_count(int(E["THREADS"]))
+    deliveries, done = [], threading.Event()
+    fail_times = int(E.get("FAIL_TIMES", "0"))
+    fail_all = E.get("FAIL_ALL") == "1"
+    seen_count = {}
+
+    def on_message(consumer, handle):
+        m = rc.RecvMessage(handle)
+        record(m, deliveries, done)
+        seq = m.get_property("seq")
+        with lock:
+            seen_count[seq] = seen_count.get(seq, 0) + 1
+            n = seen_count[seq]
+        if fail_all or n <= fail_times:
+            return _CConsumeStatus.RECONSUME_LATER.value
+        return _CConsumeStatus.CONSUME_SUCCESS.value
+
+    rc.ffi_check(dll.Subscribe(c._handle, TOPIC.encode(), E.get("EXPR", "*").encode()))
+    c._register_callback(on_message)
+    c.start()
+    done.wait(TIMEOUT)
+    if E.get("LINGER_S"):
+        time.sleep(float(E["LINGER_S"]))  # let the 5 s offset-persist timer run before exiting
+    distinct = len({d["props"]["seq"] for d in deliveries})
+    emit({"recv_ok": distinct, "deliveries": len(deliveries)})
+    # rocketmq-client-cpp 2.1.0 can crash in push-consumer shutdown (fixed upstream in 2.2.0)
+    if E.get("CLEAN_SHUTDOWN") == "1":
+        c.shutdown()
+    os._exit(0 if done.is_set() else 1)
+
+
+def pull():
+    c = rc.PullConsumer(GROUP)
+    c.set_namesrv_addr(NAMESRV)
+    c.start()
+    deliveries, done = [], threading.Event()
+    deadline = time.time() + TIMEOUT
+    while not done.is_set() and time.time() < deadline:
+        got = False
+        for m in c.pull(TOPIC, E.get("EXPR", "*")):
+            got = True
+            record(m, deliveries, done)
+        if not got:
+            time.sleep(0.1)
+    emit({"recv_ok": len({d["props"]["seq"] for d in deliveries}), "deliveries": len(deliveries)})
+    c.shutdown()
+    return 0 if done.is_set() else 1
+
+
+if __name__ == "__main__":
+    mode = sys.argv[1] if len(sys.argv) > 1 else "produce"
+    sys.exit({"produce": produce, "push": push, "pull": pull}[mode]())

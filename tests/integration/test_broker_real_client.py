@@ -1,0 +1,158 @@
+"""The broker driven by the real RocketMQ client (rocketmq-python-cvs 2.1.0.3, C++ core) in a subprocess."""
+
+from __future__ import annotations
+
+import collections
+import pathlib
+
+import orjson
+import pytest
+
+from tests.support import ClientRun, Cluster, rpc, wait_for
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def cluster(tmp_path: pathlib.Path):
+    c = Cluster(tmp_path, brokers=1, messageDelayLevel="1s 2s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s").start()
+    yield c
+    assert c.stop() == 0, c.daemon.output()[-3000:] if c.daemon else ""
+
+
+def consumer_count(c: Cluster, group: str) -> int:
+    r = rpc(c.broker_addr(), 38, {"consumerGroup": group})
+    return len(orjson.loads(r.body)["consumerIdList"]) if r.code == 0 else 0
+
+
+def test_thousand_messages_two_push_consumers_exactly_once(cluster: Cluster, tmp_path: pathlib.Path) -> None:
+    topic, group = "T_exactly_once", "G_two"
+    # create the topic first so consumers can subscribe before the producer runs
+    assert rpc(cluster.broker_addr(), 17, {"topic": topic, "readQueueNums": "4", "writeQueueNums": "4",
+                                           "perm": "6"}).code == 0
+    wait_for(lambda: rpc(cluster.namesrv, 105, {"topic": topic}).code == 0, 10, "topic routable")
+    consumers = [ClientRun("push", cluster.client_env(TOPIC=topic, GROUP=group, COUNT=10**6, TIMEOUT=120),
+                           tmp_path / f"c{i}") for i in range(2)]
+    try:
+        wait_for(lambda: consumer_count(cluster, group) == 2, 30, "both consumers registered")
+        code, rows = ClientRun("produce", cluster.client_env(TOPIC=topic, COUNT=1000, TAGS="TagA,TagB,TagC"),
+                               tmp_path / "p").wait(180)
+        assert code == 0, rows[-3:]
+        sent = {r["sent"]: r for r in rows if "sent" in r}
+        assert len(sent) == 1000 and all(r["status"] == "OK" for r in sent.values())
+
+        def all_received() -> bool:
+            return len({d["props"]["seq"] for c in consumers for d in c.received()}) >= 1000
+
+        wait_for(all_received, 90, "1000 distinct messages across the group")
+        deliveries = [d for c in consumers for d in c.received()]
+        per_seq = collections.Counter(d["props"]["seq"] for d in deliveries)
+        assert len(per_seq) == 1000 and max(per_seq.values()) == 1, "a message was delivered twice in one group"
+        assert all(len(c.received()) > 0 for c in consumers), "both consumers of the group take part"
+        for d in deliveries:
+            i = int(d["props"]["seq"])
+            assert d["keys"] == f"key-{i}" and d["tags"] == "TagA,TagB,TagC".split(",")[i % 3]
+            assert d["body"] == f"body-{i}-é✓" and d["props"]["color"] == f"blue-{i % 3}"
+            assert d["id"] == sent[i]["msg_id"]
+    finally:
+        for c in consumers:
+            c.kill()
+
+
+def test_pull_consumer_reads_from_offset_zero(cluster: Cluster, tmp_path: pathlib.Path) -> None:
+    code, _ = ClientRun("produce", cluster.client_env(TOPIC="T_pull", COUNT=120), tmp_path / "p").wait(60)
+    assert code == 0
+    code, rows = ClientRun("pull", cluster.client_env(TOPIC="T_pull", GROUP="G_pull", COUNT=120, TIMEOUT=60),
+                           tmp_path / "c").wait(90)
+    got = [r["recv"] for r in rows if "recv" in r]
+    assert code == 0 and {int(d["props"]["seq"]) for d in got} == set(range(120))
+
+
+def test_tag_filtering(cluster: Cluster, tmp_path: pathlib.Path) -> None:
+    code, _ = ClientRun("produce", cluster.client_env(TOPIC="T_tags", COUNT=60, TAGS="TagA,TagB,TagC"),
+                        tmp_path / "p").wait(60)
+    assert code == 0
+    code, rows = ClientRun("pull", cluster.client_env(TOPIC="T_tags", GROUP="G_tags", COUNT=20, EXPR="TagB",
+                                                      TIMEOUT=30), tmp_path / "c").wait(60)
+    got = [r["recv"] for r in rows if "recv" in r]
+    assert code == 0 and {d["tags"] for d in got} == {"TagB"} and len({d["props"]["seq"] for d in got}) == 20
+
+
+def committed_total(c: Cluster, group: str, topic: str, queues: int = 4) -> int:
+    total = 0
+    for q in range(queues):
+        r = rpc(c.broker_addr(), 14, {"consumerGroup": group, "topic": topic, "queueId": str(q),
+                                      "setZeroIfNotFound": "false"})
+        total += int(r.ext["offset"]) if r.code == 0 else 0
+    return total
+
+
+def test_offsets_committed_and_resumed_after_consumer_restart(cluster: Cluster, tmp_path: pathlib.Path) -> None:
+    topic, group = "T_resume", "G_resume"
+    code, _ = ClientRun("produce", cluster.client_env(TOPIC=topic, COUNT=100), tmp_path / "p1").wait(60)
+    assert code == 0
+    first = ClientRun("push", cluster.client_env(TOPIC=topic, GROUP=group, COUNT=100, TIMEOUT=60, LINGER_S=30),
+                      tmp_path / "c1")
+    try:
+        wait_for(lambda: len({d["props"]["seq"] for d in first.received()}) >= 100, 60, "first consumer got 100")
+        wait_for(lambda: committed_total(cluster, group, topic) >= 100, 30, "offsets committed to the broker")
+    finally:
+        first.kill()
+    code, _ = ClientRun("produce", cluster.client_env(TOPIC=topic, COUNT=50, START_AT=100), tmp_path / "p2").wait(60)
+    assert code == 0
+    second = ClientRun("push", cluster.client_env(TOPIC=topic, GROUP=group, COUNT=50, TIMEOUT=60), tmp_path / "c2")
+    code, rows = second.wait(90)
+    seqs = {int(r["recv"]["props"]["seq"]) for r in rows if "recv" in r}
+    assert code == 0 and seqs == set(range(100, 150)), f"resumed consumer got {sorted(seqs)[:10]}..."
+
+
+def test_delay_level_message_not_delivered_before_its_delay(cluster: Cluster, tmp_path: pathlib.Path) -> None:
+    topic, group = "T_delay", "G_delay"
+    assert rpc(cluster.broker_addr(), 17, {"topic": topic, "readQueueNums": "4", "writeQueueNums": "4"}).code == 0
+    consumer = ClientRun("push", cluster.client_env(TOPIC=topic, GROUP=group, COUNT=5, TIMEOUT=60), tmp_path / "c")
+    wait_for(lambda: consumer_count(cluster, group) == 1, 30, "consumer registered")
+    code, rows = ClientRun("produce", cluster.client_env(TOPIC=topic, COUNT=5, DELAY_LEVEL=2), tmp_path / "p").wait(60)
+    assert code == 0
+    sent = {r["sent"]: r["sent_at_ms"] for r in rows if "sent" in r}
+    code, rows = consumer.wait(60)
+    got = [r["recv"] for r in rows if "recv" in r]
+    assert code == 0 and len(got) == 5
+    for d in got:  # level 2 is 2 s in this broker's messageDelayLevel
+        assert d["recv_at_ms"] - sent[int(d["props"]["seq"])] >= 2000
+        assert d["topic"] == topic
+
+
+def test_failed_message_retried_then_dead_lettered(cluster: Cluster, tmp_path: pathlib.Path) -> None:
+    topic, group = "T_retry", "G_retry"
+    # the group allows 2 reconsumes; retries use 1 s delay levels in this broker
+    sg = {"groupName": group, "retryMaxTimes": 2, "retryQueueNums": 1, "consumeEnable": True}
+    assert rpc(cluster.broker_addr(), 200, body=orjson.dumps(sg)).code == 0
+    assert rpc(cluster.broker_addr(), 17, {"topic": topic, "readQueueNums": "1", "writeQueueNums": "1"}).code == 0
+    consumer = ClientRun("push", cluster.client_env(TOPIC=topic, GROUP=group, COUNT=10**6, FAIL_ALL=1, TIMEOUT=120),
+                         tmp_path / "c")
+    try:
+        wait_for(lambda: consumer_count(cluster, group) == 1, 30, "consumer registered")
+        code, _ = ClientRun("produce", cluster.client_env(TOPIC=topic, COUNT=3), tmp_path / "p").wait(60)
+        assert code == 0
+        dlq = "%DLQ%" + group
+
+        def dlq_count() -> int:
+            r = rpc(cluster.broker_addr(), 30, {"topic": dlq, "queueId": "0"})
+            return int(r.ext.get("offset", 0)) if r.code == 0 else 0
+
+        wait_for(lambda: dlq_count() >= 3, 90, "3 messages in the dead-letter queue")
+        per_seq = collections.Counter(d["props"]["seq"] for d in consumer.received())
+        assert set(per_seq) == {"0", "1", "2"} and all(n >= 2 for n in per_seq.values()), per_seq
+        retried = [d for d in consumer.received() if d["reconsume_times"] > 0]
+        assert retried and all(d["props"]["RETRY_TOPIC"] == topic for d in retried)
+    finally:
+        consumer.kill()
+    r = rpc(cluster.broker_addr(), 11, {"consumerGroup": "G_dlq_reader", "topic": "%DLQ%" + group, "queueId": "0",
+                                        "queueOffset": "0", "maxMsgNums": "32", "sysFlag": "4", "commitOffset": "0",
+                                        "suspendTimeoutMillis": "0", "subscription": "*", "subVersion": "0"})
+    assert r.code == 0
+    from brokerd.message import decode_records
+
+    msgs = decode_records(r.body)
+    assert sorted(m.properties["seq"] for m in msgs) == ["0", "1", "2"]
+    assert all(m.body.decode().startswith("body-") for m in msgs)

@@ -1,0 +1,234 @@
+"""Helpers for integration tests: free ports, waiting on conditions, running the daemons and the real client."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+VENV_BIN = pathlib.Path(sys.executable).parent
+CLIENT_PY = os.environ.get("ROCKETMQ_CLIENT_PYTHON") or str(ROOT / ".venv-client" / "bin" / "python")
+CLIENT_SCRIPT = str(ROOT / "tests" / "clients" / "rmq_client.py")
+
+
+def port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def broker_port() -> int:
+    """A port p with p, p-2 and p+1 free (main, fast and HA ports)."""
+    for _ in range(200):
+        p = free_port()
+        if p > 1030 and port_free(p - 2) and port_free(p + 1):
+            return p
+    raise RuntimeError("no free broker port triple")
+
+
+def wait_for(cond: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:
+    deadline = time.monotonic() + timeout
+    last_exc: BaseException | None = None
+    while time.monotonic() < deadline:
+        try:
+            v = cond()
+            if v:
+                return v
+        except Exception as e:  # noqa: BLE001
+            last_exc = e
+        time.sleep(interval)  # sleep-ok: polling interval of a deadline-bounded wait
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}" + (f" (last error: {last_exc!r})" if last_exc else ""))
+
+
+def can_connect(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def write_broker_conf(path: pathlib.Path, *, name: str, port: int, store: pathlib.Path, **extra: Any) -> pathlib.Path:
+    props = {"brokerClusterName": "DefaultCluster", "brokerName": name, "brokerId": 0, "brokerRole": "ASYNC_MASTER",
+             "brokerIP1": "127.0.0.1", "listenPort": port, "storePathRootDir": str(store),
+             "flushDiskType": "ASYNC_FLUSH", "registerNameServerPeriod": 2000}
+    props.update(extra)
+    path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+    return path
+
+
+class Daemon:
+    """A daemon subprocess with its output captured to a file."""
+
+    def __init__(self, args: list[str], log_path: pathlib.Path, env: dict[str, str] | None = None) -> None:
+        self.args = args
+        self.log_path = log_path
+        self.env = {**os.environ, **(env or {})}
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Daemon:
+        self._log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(self.args, stdout=self._log, stderr=subprocess.STDOUT, env=self.env,
+                                     cwd=str(ROOT), start_new_session=True)
+        return self
+
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(30)
+
+    def stop(self, timeout: float = 30) -> int | None:
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self._log.close()
+        return self.proc.returncode
+
+
+def container_cmd(conf: pathlib.Path) -> list[str]:
+    return [str(VENV_BIN / "mqbrokercontainer"), "-c", str(conf)]
+
+
+class ClientRun:
+    """The real RocketMQ client (C++ core) running tests/clients/rmq_client.py in its own venv.
+    Its JSON output lines are collected as they arrive (`rows`)."""
+
+    def __init__(self, mode: str, env: dict[str, Any], log_dir: pathlib.Path) -> None:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        full = {**os.environ, **{k: str(v) for k, v in env.items()}, "LOG_DIR": str(log_dir)}
+        self.rows: list[dict[str, Any]] = []
+        self.proc = subprocess.Popen([CLIENT_PY, CLIENT_SCRIPT, mode], stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, env=full, cwd=str(log_dir))
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            try:
+                self.rows.append(json.loads(line))
+            except ValueError:
+                continue
+
+    def received(self) -> list[dict[str, Any]]:
+        return [r["recv"] for r in list(self.rows) if "recv" in r]
+
+    def wait(self, timeout: float) -> tuple[int, list[dict[str, Any]]]:
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self._reader.join(10)
+        return self.proc.returncode, list(self.rows)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def run_client(mode: str, env: dict[str, Any], log_dir: pathlib.Path, timeout: float = 120) -> tuple[int, list[dict[str, Any]]]:
+    return ClientRun(mode, env, log_dir).wait(timeout)
+
+
+def received(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r["recv"] for r in rows if "recv" in r]
+
+
+def rpc(addr: str, code: int, ext: dict[str, str] | None = None, body: bytes | None = None,
+        timeout: float = 5.0) -> Any:
+    """One blocking remoting request from the test process (our own wire client)."""
+    import asyncio
+
+    from brokerd.remoting import RemotingClient, request
+
+    async def go() -> Any:
+        client = RemotingClient()
+        try:
+            return await client.invoke(addr, request(code, ext or {}, body), timeout)
+        finally:
+            await client.close()
+
+    return asyncio.run(go())
+
+
+class Cluster:
+    """An mqbrokercontainer subprocess with an embedded name server and N brokers, on free ports."""
+
+    def __init__(self, tmp: pathlib.Path, brokers: int = 1, **broker_extra: Any) -> None:
+        self.tmp = tmp
+        self.namesrv_port = free_port()
+        self.admin_port = free_port()
+        self.ports: list[int] = []
+        paths = []
+        for i in range(brokers):
+            port = broker_port()
+            self.ports.append(port)
+            name = f"broker-{chr(ord('a') + i)}"
+            paths.append(str(write_broker_conf(tmp / f"{name}.conf", name=name, port=port,
+                                               store=tmp / "store" / name, **broker_extra)))
+        self.conf = tmp / "container.conf"
+        self.conf.write_text(f"listenPort={self.admin_port}\nembeddedNamesrvEnable=true\n"
+                             f"embeddedNamesrvPort={self.namesrv_port}\nbrokerConfigPaths={':'.join(paths)}\n")
+        self.daemon: Daemon | None = None
+
+    @property
+    def namesrv(self) -> str:
+        return f"127.0.0.1:{self.namesrv_port}"
+
+    def broker_addr(self, i: int = 0) -> str:
+        return f"127.0.0.1:{self.ports[i]}"
+
+    def start(self, timeout: float = 30) -> Cluster:
+        self.daemon = Daemon(container_cmd(self.conf), self.tmp / "container.log").start()
+        wait_for(lambda: all(can_connect(p) for p in self.ports) and can_connect(self.namesrv_port), timeout,
+                 "container ports to accept connections")
+        # every broker registered with the name server (TBW102 routable on each)
+        wait_for(lambda: self._registered(), timeout, "brokers registered with the name server")
+        return self
+
+    def _registered(self) -> bool:
+        r = rpc(self.namesrv, 105, {"topic": "TBW102"})
+        if r.code != 0:
+            return False
+        import orjson
+
+        route = orjson.loads(r.body)
+        return len(route["brokerDatas"]) == len(self.ports)
+
+    def stop(self) -> int | None:
+        return self.daemon.stop() if self.daemon else None
+
+    def client_env(self, **kw: Any) -> dict[str, Any]:
+        return {"NAMESRV": self.namesrv, **kw}
