@@ -127,6 +127,7 @@ class ClientRun:
         log_dir.mkdir(parents=True, exist_ok=True)
         full = {**os.environ, **{k: str(v) for k, v in env.items()}, "LOG_DIR": str(log_dir)}
         self.rows: list[dict[str, Any]] = []
+        self.noise: list[bytes] = []
         self.proc = subprocess.Popen([CLIENT_PY, CLIENT_SCRIPT, mode], stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL, env=full, cwd=str(log_dir))
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -138,7 +139,7 @@ class ClientRun:
             try:
                 self.rows.append(json.loads(line))
             except ValueError:
-                continue
+                self.noise.append(line)
 
     def received(self) -> list[dict[str, Any]]:
         return [r["recv"] for r in list(self.rows) if "recv" in r]

@@ -44,6 +44,8 @@ class SendBackProcessor:
         if raw is None:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {phys}")
         orig, _ = m.decode_record(raw)
+        b.log.debug("send_back", group=group, offset=phys, topic=orig.topic, reconsume=orig.reconsume_times,
+                    seq=orig.properties.get("seq"), delay_level=delay_level, max=cmd.ext.get("maxReconsumeTimes"))
         props = dict(orig.properties)
         props.setdefault(m.RETRY_TOPIC, orig.topic)
         props.pop(m.DELAY, None)

@@ -74,12 +74,17 @@ def produce():
     return 0 if ok == COUNT else 1
 
 
+def text(v):
+    return v.decode("utf-8", "replace") if isinstance(v, bytes) else v
+
+
 def record(m, deliveries, done):
     props = {k: m.get_property(k) for k in ("seq", "color", "RETRY_TOPIC", "ORIGIN_MESSAGE_ID", "REAL_TOPIC")}
     body = m.body.decode("utf-8", "replace") if isinstance(m.body, bytes) else str(m.body)
-    info = {"id": m.id, "topic": m.topic, "tags": m.tags, "keys": m.keys, "body": body, "queue_id": m.queue_id,
+    info = {"id": text(m.id), "topic": text(m.topic), "tags": text(m.tags), "keys": text(m.keys), "body": body,
+            "queue_id": m.queue_id,
             "offset": m.queue_offset, "reconsume_times": m.reconsume_times, "store_ts": m.store_timestamp,
-            "born_ts": m.born_timestamp, "props": {k: (v.decode() if isinstance(v, bytes) else v) for k, v in props.items()},
+            "born_ts": m.born_timestamp, "props": {k: text(v) for k, v in props.items()},
             "recv_at_ms": int(time.time() * 1000)}
     with lock:
         deliveries.append(info)
@@ -100,9 +105,16 @@ def push():
     seen_count = {}
 
     def on_message(consumer, handle):
+        try:
+            return handle_message(handle)
+        except Exception as e:  # noqa: BLE001 - report instead of letting ctypes swallow it
+            emit({"callback_error": repr(e)})
+            return _CConsumeStatus.RECONSUME_LATER.value
+
+    def handle_message(handle):
         m = rc.RecvMessage(handle)
         record(m, deliveries, done)
-        seq = m.get_property("seq")
+        seq = text(m.get_property("seq"))
         with lock:
             seen_count[seq] = seen_count.get(seq, 0) + 1
             n = seen_count[seq]

@@ -1,0 +1,268 @@
+"""Consume queues: ``consumequeue/<topic>/<queueId>/<20-digit byte offset>`` files of 20-byte entries.
+
+Entry = commit-log physical offset (int64) + record size (int32) + tags code (int64). Logical offset n
+lives at byte n * 20. An entry with size 0 is a hole (never written) and is skipped by readers.
+
+Concurrency contract: single writer; call only from the event loop thread (``sync`` excepted).
+"""
+
+from __future__ import annotations
+
+import shutil
+import struct
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Final
+
+import structlog
+
+from brokerd.store.config import CQ_UNIT_SIZE
+from brokerd.store.mapped_file import MappedFile, file_name, fsync_dir, parse_file_name
+
+ENTRY: Final = struct.Struct(">qiq")
+
+log = structlog.get_logger(component="store.consumequeue")
+
+
+class ConsumeQueue:
+    """One topic/queue. ``max_offset`` = next logical offset to write; ``min_offset`` = first valid one."""
+
+    def __init__(self, root: Path, topic: str, queue_id: int, file_size: int, io_lock: threading.Lock) -> None:
+        self.topic = topic
+        self.queue_id = queue_id
+        self.dir = root / topic / str(queue_id)
+        self.file_size = file_size
+        self.units_per_file = file_size // CQ_UNIT_SIZE
+        self.io_lock = io_lock
+        self.files: list[MappedFile] = []
+        self.max_offset = 0
+        self.min_offset = 0
+        self.flushed_offset = 0
+        self.dir_dirty = False
+
+    # ------------------------------------------------------------ load / recover
+
+    def load(self) -> None:
+        bases = sorted(b for b in (parse_file_name(p.name) for p in self.dir.iterdir()) if b is not None)
+        for base in bases:
+            if base % self.file_size:
+                log.warning("consume_queue_file_misaligned", topic=self.topic, queue_id=self.queue_id, base=base)
+                continue
+            self.files.append(MappedFile.open_existing(self.dir / file_name(base), base, self.file_size, self.io_lock))
+        if self.files:
+            self.min_offset = self.files[0].base // CQ_UNIT_SIZE
+            self.max_offset = self.min_offset
+
+    def recover(self, phys_limit: int) -> None:
+        """Keep the leading run of entries with size > 0 and phys < ``phys_limit``; drop the rest.
+
+        The written end is found by scanning the last two files (earlier files were complete and flushed
+        before a later one was started); entries at or after ``phys_limit`` are found by binary search
+        (entries are in commit-log order). What follows is zeroed and later files are deleted.
+        """
+        if not self.files:
+            return
+        first_scan = max(0, len(self.files) - 2)
+        end = self.files[first_scan].base // CQ_UNIT_SIZE
+        for f in self.files[first_scan:]:
+            count = 0
+            for phys, size, _tags in ENTRY.iter_unpack(f.mm):
+                if size <= 0 or phys < 0:
+                    break
+                count += 1
+            end = f.base // CQ_UNIT_SIZE + count
+            if count < self.units_per_file:
+                break
+        self.max_offset = max(end, self.min_offset)
+        lo, hi = self.min_offset, self.max_offset
+        while lo < hi:
+            mid = (lo + hi) // 2
+            e = self.entry(mid)
+            if e is not None and e[0] >= phys_limit:
+                hi = mid
+            else:
+                lo = mid + 1
+        self._set_end(lo)
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop entries at logical offsets >= ``offset``."""
+        if offset < self.max_offset:
+            self._set_end(offset)
+
+    def _set_end(self, offset: int) -> None:
+        keep = [f for f in self.files if f.base // CQ_UNIT_SIZE < offset] or self.files[:1]
+        for f in self.files[len(keep) :]:
+            f.destroy()
+            self.dir_dirty = True
+        self.files = keep
+        if keep:
+            last = keep[-1]
+            offset = max(offset, last.base // CQ_UNIT_SIZE)
+            pos = min(last.size, offset * CQ_UNIT_SIZE - last.base)
+            last.zero_range(pos, _last_nonzero_end(last, pos))
+            last.wrote = pos
+        self.max_offset = offset
+        self.min_offset = min(self.min_offset, offset)
+        self.flushed_offset = min(self.flushed_offset, offset)
+
+    # ------------------------------------------------------------ write
+
+    def put(self, queue_offset: int, phys: int, size: int, tags_code: int) -> None:
+        """Write the entry for ``queue_offset`` (normally == max_offset; later offsets leave holes)."""
+        byte_pos = queue_offset * CQ_UNIT_SIZE
+        f = self.files[-1] if self.files else None
+        if f is None or byte_pos >= f.end or byte_pos < f.base:
+            f = self._file_for_write(byte_pos)
+        ENTRY.pack_into(f.mm, byte_pos - f.base, phys, size, tags_code)
+        if queue_offset >= self.max_offset:
+            self.max_offset = queue_offset + 1
+
+    def _file_for_write(self, byte_pos: int) -> MappedFile:
+        base = byte_pos - byte_pos % self.file_size
+        for f in self.files:
+            if f.base == base:
+                return f
+        if self.files and base < self.files[0].base:
+            raise ValueError(f"queue offset {byte_pos // CQ_UNIT_SIZE} is below the first file of {self.topic}")
+        self.dir.mkdir(parents=True, exist_ok=True)
+        f = MappedFile.create(self.dir, base, self.file_size, self.io_lock)
+        if not self.files:
+            self.min_offset = self.max_offset = base // CQ_UNIT_SIZE
+        self.files.append(f)
+        self.files.sort(key=lambda x: x.base)
+        self.dir_dirty = True
+        return f
+
+    # ------------------------------------------------------------ read
+
+    def entry(self, offset: int) -> tuple[int, int, int] | None:
+        """(phys, size, tags) at ``offset`` or None when its file is missing / out of range."""
+        if offset < self.min_offset or offset >= self.max_offset:
+            return None
+        f = self._file_for_read(offset)
+        if f is None:
+            return None
+        phys, size, tags = ENTRY.unpack_from(f.mm, offset * CQ_UNIT_SIZE - f.base)
+        return phys, size, tags
+
+    def _file_for_read(self, offset: int) -> MappedFile | None:
+        if not self.files:
+            return None
+        byte_pos = offset * CQ_UNIT_SIZE
+        idx = (byte_pos - self.files[0].base) // self.file_size
+        if 0 <= idx < len(self.files):
+            f = self.files[idx]
+            if f.base <= byte_pos < f.end:
+                return f
+        for f in self.files:
+            if f.base <= byte_pos < f.end:
+                return f
+        return None
+
+    def iter_from(self, offset: int, end: int) -> Iterator[tuple[int, int, int, int]] | None:
+        """Iterate (queue offset, phys, size, tags) over [offset, end); None when the first file is missing."""
+        first = self._file_for_read(offset)
+        if first is None:
+            return None
+        return self._iter(offset, min(end, self.max_offset))
+
+    def _iter(self, offset: int, end: int) -> Iterator[tuple[int, int, int, int]]:
+        q = offset
+        while q < end:
+            f = self._file_for_read(q)
+            if f is None:
+                return
+            lo = q * CQ_UNIT_SIZE - f.base
+            hi = min(end * CQ_UNIT_SIZE - f.base, f.size)
+            for phys, size, tags in ENTRY.iter_unpack(f.mm[lo:hi]):
+                yield q, phys, size, tags
+                q += 1
+
+    def roll_next_file(self, offset: int) -> int:
+        return offset + self.units_per_file - offset % self.units_per_file
+
+    def last_phys_end(self) -> int:
+        e = self.entry(self.max_offset - 1) if self.max_offset > self.min_offset else None
+        return e[0] + e[1] if e else -1
+
+    # ------------------------------------------------------------ expiry
+
+    def correct_min_offset(self, min_phys: int) -> None:
+        """Move min_offset to the first entry pointing at or after ``min_phys`` (binary search)."""
+        lo, hi = self.min_offset, self.max_offset
+        while lo < hi:
+            mid = (lo + hi) // 2
+            e = self.entry(mid)
+            if e is None or e[1] > 0 and e[0] >= min_phys:
+                hi = mid
+            else:
+                lo = mid + 1
+        self.min_offset = lo
+
+    def delete_expired_files(self) -> int:
+        """Delete files (never the last) whose entries all lie below min_offset."""
+        n = 0
+        while len(self.files) > 1 and self.files[0].end // CQ_UNIT_SIZE <= self.min_offset:
+            self.files.pop(0).destroy()
+            self.dir_dirty = True
+            n += 1
+        return n
+
+    # ------------------------------------------------------------ flush / close
+
+    def take_sync(self) -> tuple[list[Path], list[MappedFile], int] | None:
+        """Loop thread: what to fsync for entries written since the last flush (None = nothing).
+
+        Returns (directories to fsync, files to fsync, offset that becomes flushed); the caller runs
+        ``sync_files`` in a worker thread and then sets ``flushed_offset``.
+        """
+        upto = self.max_offset
+        if upto == self.flushed_offset and not self.dir_dirty:
+            return None
+        dirs = [self.dir, self.dir.parent, self.dir.parent.parent] if self.dir_dirty else []
+        self.dir_dirty = False
+        lo = self.flushed_offset * CQ_UNIT_SIZE
+        hi = upto * CQ_UNIT_SIZE
+        return dirs, [f for f in self.files if f.end > lo and f.base < hi], upto
+
+    def total_size(self) -> int:
+        return len(self.files) * self.file_size
+
+    def close(self) -> None:
+        for f in self.files:
+            f.close()
+
+    def destroy(self) -> None:
+        for f in self.files:
+            f.destroy()
+        self.files = []
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+_ZERO_STEP: Final = bytes(65536)
+
+
+def sync_files(dirs: list[Path], files: list[MappedFile]) -> None:
+    """Worker thread: fsync directories (missing ones are skipped) and files."""
+    for d in dirs:
+        try:
+            fsync_dir(d)
+        except FileNotFoundError:
+            pass
+    for f in files:
+        f.fsync()
+
+
+def _last_nonzero_end(f: MappedFile, pos: int) -> int:
+    """End of the possibly stale region after ``pos``: scan 64 KiB steps until an all-zero step."""
+    end = pos
+    p = pos
+    while p < f.size:
+        n = min(len(_ZERO_STEP), f.size - p)
+        if f.mm[p : p + n] != _ZERO_STEP[:n]:
+            end = p + n
+        else:
+            break
+        p += n
+    return end

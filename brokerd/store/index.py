@@ -1,0 +1,218 @@
+"""Message key index: ``index/<20-digit sequence>`` fixed-size hash files (our own format).
+
+File layout (big-endian):
+  header (48 bytes): magic "RMQI", version, begin_ts, begin_phy, end_ts, end_phy, index_count, reserved
+  slots: ``max_hash_slot_num`` x int32 = number of the newest entry in the chain (0 = empty)
+  entries: ``max_index_num`` x 24 bytes: key hash (uint32), phys offset (int64), store ts (int64),
+           previous entry number in the chain (int32). Entry 0 is unused.
+
+Keys are ``topic + "#" + key`` hashed with CRC-32. Readers verify candidates against the record
+(the index may hold stale entries after truncation), so the index never needs rewriting.
+
+Concurrency contract: single writer; call only from the event loop thread (``sync`` excepted).
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+from pathlib import Path
+from typing import Final
+from zlib import crc32
+
+import structlog
+
+from brokerd.store.mapped_file import MappedFile, file_name, fsync_dir, parse_file_name
+
+MAGIC: Final = b"RMQI"
+VERSION: Final = 1
+HEADER: Final = struct.Struct(">4siqq")  # magic, version, begin_ts, begin_phy
+TAIL: Final = struct.Struct(">qqi")  # end_ts, end_phy, index_count (at byte 24)
+HEADER_SIZE: Final = 48
+ENTRY: Final = struct.Struct(">Iqqi")
+SLOT: Final = struct.Struct(">i")
+_unpack_slot = SLOT.unpack_from
+_pack_slot = SLOT.pack_into
+_pack_entry = ENTRY.pack_into
+
+log = structlog.get_logger(component="store.index")
+
+
+def key_hash(topic: str, key: str) -> int:
+    """CRC-32 of ``topic#key`` (UTF-8)."""
+    return crc32(key.encode("utf-8", "replace"), crc32(f"{topic}#".encode("utf-8", "replace")))
+
+
+class IndexFile:
+    """One hash file. The header is a hint written at flush/close; ``count`` is recovered on open by
+    scanning forward over entries written after the last header write (store ts is never 0)."""
+
+    def __init__(self, mf: MappedFile, slots: int, max_entries: int) -> None:
+        self.mf = mf
+        self.slots = slots
+        self.max_entries = max_entries
+        self.entries_pos = HEADER_SIZE + slots * SLOT.size
+        mm = mf.mm
+        magic, _ver, self.begin_ts, self.begin_phy = HEADER.unpack_from(mm, 0)
+        self.end_ts, self.end_phy, self.count = TAIL.unpack_from(mm, 24)
+        if magic != MAGIC or not 0 < self.count <= max_entries:
+            self.begin_ts = self.begin_phy = self.end_ts = self.end_phy = 0
+            self.count = 1
+        while self.count < max_entries:
+            _h, phys, ts, _prev = ENTRY.unpack_from(mm, self.entries_pos + self.count * ENTRY.size)
+            if ts == 0:
+                break
+            if self.count == 1:
+                self.begin_ts, self.begin_phy = ts, phys
+            self.end_ts, self.end_phy = ts, phys
+            self.count += 1
+        self.write_header()
+
+    @staticmethod
+    def size_for(slots: int, max_entries: int) -> int:
+        return HEADER_SIZE + slots * SLOT.size + max_entries * ENTRY.size
+
+    def write_header(self) -> None:
+        HEADER.pack_into(self.mf.mm, 0, MAGIC, VERSION, self.begin_ts, self.begin_phy)
+        TAIL.pack_into(self.mf.mm, 24, self.end_ts, self.end_phy, self.count)
+
+    def room(self) -> int:
+        return int(self.max_entries - self.count)
+
+    def lookup(self, h: int, begin_ts: int, end_ts: int, limit: int) -> list[int]:
+        """Phys offsets of entries with hash ``h`` and ts in [begin_ts, end_ts], newest first."""
+        out: list[int] = []
+        mm = self.mf.mm
+        n = SLOT.unpack_from(mm, HEADER_SIZE + (h % self.slots) * 4)[0]
+        while 0 < n < self.count and len(out) < limit:
+            eh, phys, ts, prev = ENTRY.unpack_from(mm, self.entries_pos + n * 24)
+            if eh == h and begin_ts <= ts <= end_ts:
+                out.append(phys)
+            if prev >= n:
+                break
+            n = prev
+        return out
+
+
+class IndexService:
+    def __init__(self, directory: Path, slots: int, max_entries: int, io_lock: threading.Lock) -> None:
+        self.dir = directory
+        self.slots = slots
+        self.max_entries = max_entries
+        self.io_lock = io_lock
+        self.files: list[IndexFile] = []
+        self.file_size = IndexFile.size_for(slots, max_entries)
+        self._dirty: set[int] = set()
+        self._cur: IndexFile | None = None
+        self._topic_seeds: dict[str, int] = {}
+
+    def load(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        seqs = sorted(s for s in (parse_file_name(p.name) for p in self.dir.iterdir()) if s is not None)
+        for seq in seqs:
+            path = self.dir / file_name(seq)
+            if path.stat().st_size != self.file_size:
+                log.warning("index_file_size_mismatch_dropped", file=path.name)
+                path.unlink()
+                continue
+            mf = MappedFile.open_existing(path, seq, self.file_size, self.io_lock)
+            self.files.append(IndexFile(mf, self.slots, self.max_entries))
+        if self.files:
+            self._cur = self.files[-1]
+            self._dirty.add(self._cur.mf.base)
+
+    def _writable(self, need: int) -> IndexFile:
+        if self.files and self.files[-1].room() >= need:
+            return self.files[-1]
+        seq = self.files[-1].mf.base + 1 if self.files else 0
+        mf = MappedFile.create(self.dir, seq, self.file_size, self.io_lock)
+        f = IndexFile(mf, self.slots, self.max_entries)
+        self.files.append(f)
+        self._dirty.add(-1)
+        log.info("index_file_created", seq=seq)
+        return f
+
+    def put_keys(self, topic: str, keys: list[str], phys: int, ts: int) -> None:
+        """Index ``keys`` of the record at ``phys`` (hot path: no header write, see IndexFile)."""
+        f = self._cur
+        if f is None or f.count + len(keys) > f.max_entries:
+            f = self._cur = self._writable(len(keys))
+            self._dirty.add(f.mf.base)
+        seed = self._topic_seeds.get(topic)
+        if seed is None:
+            seed = self._topic_seeds[topic] = crc32(f"{topic}#".encode("utf-8", "replace"))
+        mm = f.mf.mm
+        slots = f.slots
+        n = f.count
+        epos = f.entries_pos
+        for key in keys:
+            try:
+                h = crc32(key.encode(), seed)
+            except UnicodeEncodeError:
+                h = crc32(key.encode("utf-8", "replace"), seed)
+            slot_pos = HEADER_SIZE + (h % slots) * 4
+            prev = _unpack_slot(mm, slot_pos)[0]
+            _pack_entry(mm, epos + n * 24, h, phys, ts, prev if prev < n else 0)
+            _pack_slot(mm, slot_pos, n)
+            n += 1
+        if f.count == 1:
+            f.begin_ts, f.begin_phy = ts, phys
+        f.count = n
+        f.end_ts = ts
+        f.end_phy = phys
+
+    def query(self, topic: str, key: str, max_num: int, begin_ts: int, end_ts: int) -> list[int]:
+        """Candidate phys offsets (newest first, de-duplicated); the caller verifies each record."""
+        h = key_hash(topic, key)
+        seen: set[int] = set()
+        out: list[int] = []
+        for f in reversed(self.files):
+            if f.count <= 1 or f.begin_ts > end_ts or f.end_ts < begin_ts:
+                continue
+            for phys in f.lookup(h, begin_ts, end_ts, max_num * 4 + 16):
+                if phys not in seen:
+                    seen.add(phys)
+                    out.append(phys)
+        return out
+
+    @property
+    def last_update(self) -> tuple[int, int]:
+        for f in reversed(self.files):
+            if f.count > 1:
+                return f.end_ts, f.end_phy
+        return 0, 0
+
+    def delete_below(self, min_phys: int) -> int:
+        """Delete index files (never the last) whose newest entry points below ``min_phys``."""
+        n = 0
+        while len(self.files) > 1 and self.files[0].end_phy < min_phys:
+            self.files.pop(0).mf.destroy()
+            self._dirty.add(-1)
+            n += 1
+        return n
+
+    def take_dirty(self) -> tuple[bool, list[MappedFile]]:
+        """Loop thread: (directory changed, files written) since the last call; pass to ``sync``."""
+        dirty, self._dirty = self._dirty, set()
+        if self._cur is not None:
+            self._dirty.add(self._cur.mf.base)  # the current file keeps receiving entries
+        files = [f for f in self.files if f.mf.base in dirty]
+        for f in files:
+            f.write_header()
+        return -1 in dirty, [f.mf for f in files]
+
+    def sync(self, dirty: tuple[bool, list[MappedFile]]) -> None:
+        """Worker thread: fsync what ``take_dirty`` returned."""
+        if dirty[0]:
+            fsync_dir(self.dir)
+        for mf in dirty[1]:
+            mf.fsync()
+
+    def total_size(self) -> int:
+        return len(self.files) * self.file_size
+
+    def close(self) -> None:
+        for f in self.files:
+            if not f.mf.closed:
+                f.write_header()
+            f.mf.close()

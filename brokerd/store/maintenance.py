@@ -1,0 +1,166 @@
+"""Store maintenance: expiry of commit-log segments, truncation, and raw (replicated) appends.
+
+Expiry (``clean_expired_files``) runs when the local hour is in ``delete_when``, when forced, or under
+space pressure (disk usage above ``disk_space_clean_forcibly_ratio`` or the quota checker says so):
+  * normally it deletes the oldest segments whose last store timestamp (or mtime) is older than
+    ``file_reserved_time_hours``;
+  * under space pressure it deletes the oldest segments regardless of age.
+At most ``delete_file_batch_max`` segments per call; never the active segment, never undispatched data.
+Consume-queue min offsets then move forward past entries that point below the new min physical offset.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+import time
+from typing import TYPE_CHECKING
+
+from brokerd.message import MAGIC_BLANK, CorruptRecordError, verify_record
+from brokerd.store.flags import DISK_FULL
+from brokerd.store.queue_store import parse_for_dispatch
+
+if TYPE_CHECKING:
+    from brokerd.store.message_store import MessageStore
+
+_SIZE_MAGIC = struct.Struct(">ii")
+
+
+def disk_usage_ratio(path: os.PathLike[str] | str) -> float:
+    usage = shutil.disk_usage(path)
+    return (usage.total - usage.free) / usage.total if usage.total else 0.0
+
+
+def _space_pressure(store: MessageStore) -> bool:
+    cfg = store.cfg
+    try:
+        ratio = disk_usage_ratio(store.root)
+    except OSError:
+        ratio = 0.0
+    if ratio > cfg.disk_space_warning_level_ratio:
+        if not store.running_flags.has(DISK_FULL):
+            store.log.error("disk_full", ratio=round(ratio, 4))
+        store.running_flags.set(DISK_FULL)
+    elif store.running_flags.has(DISK_FULL):
+        store.running_flags.clear(DISK_FULL)
+        store.log.info("disk_space_ok", ratio=round(ratio, 4))
+    pressure = ratio > cfg.disk_space_clean_forcibly_ratio
+    checker = store.quota_checker
+    if checker is not None and checker(store.logical_usage_bytes()):
+        pressure = True
+    return pressure
+
+
+def clean_expired_files(store: MessageStore, *, force: bool, now_ms: int | None) -> int:
+    cfg = store.cfg
+    now = now_ms if now_ms is not None else time.time_ns() // 1_000_000
+    pressure = _space_pressure(store)
+    is_time = time.localtime(now / 1000).tm_hour in cfg.delete_hours
+    if not (force or pressure or is_time):
+        return 0
+    reserved_ms = cfg.file_reserved_time_hours * 3_600_000
+    log = store.commit_log
+    victims = 0
+    for f in log.files[:-1]:
+        if f.end > store.dispatched_offset or victims >= cfg.delete_file_batch_max:
+            break
+        ref = f.last_store_ts or int(os.stat(f.path).st_mtime * 1000)
+        if not pressure and now - ref < reserved_ms:
+            break
+        victims += 1
+    if not victims:
+        return 0
+    deleted = log.delete_first(victims)
+    cq_files = store.queue_store.correct_min(log.min_offset)
+    idx_files = store.index.delete_below(log.min_offset) if store.index is not None else 0
+    store.log.info("expired_files_deleted", segments=deleted, consume_queue_files=cq_files, index_files=idx_files,
+                   min_phy_offset=log.min_offset, pressure=pressure, forced=force)  # fmt: skip
+    return deleted
+
+
+def truncate_dirty_files(store: MessageStore, offset: int) -> None:
+    """Cut the commit log, consume queues and positions back to ``offset`` (a record boundary)."""
+    log = store.commit_log
+    if not log.min_offset <= offset <= log.max_offset:
+        raise ValueError(f"truncate offset {offset} outside [{log.min_offset}, {log.max_offset}]")
+    if offset < log.max_offset and offset % log.segment_size and not _boundary(store, offset):
+        raise ValueError(f"truncate offset {offset} is not a record boundary")
+    store.truncate_generation += 1
+    log.truncate(offset)
+    store.queue_store.truncate_by_phys(offset)
+    store._set_positions(dispatched=min(store.dispatched_offset, offset), valid_end=min(store.valid_end, offset),
+                         flushed=min(store.flushed_offset, offset), confirm_cap=offset)  # fmt: skip
+    store._rebuild_next_offsets()
+    store.checkpoint_now()
+    store.log.info("commit_log_truncated", offset=offset)
+
+
+def _boundary(store: MessageStore, offset: int) -> bool:
+    if store.commit_log.record_size_at(offset) > 0:
+        return True
+    f = store.commit_log.file_for(offset)
+    if f is None:
+        return False
+    size, magic = _SIZE_MAGIC.unpack_from(f.mm, offset - f.base)
+    return bool(magic == MAGIC_BLANK and size == f.end - offset)
+
+
+def validate_raw(buf: bytes, base_phys: int, segment_size: int) -> int:
+    """Return the physical end of the complete records in ``buf`` (which starts at ``base_phys``).
+
+    Raises ValueError for a corrupt record or a bad blank marker; an incomplete tail is not an error.
+    """
+    p = 0
+    n = len(buf)
+    while n - p >= 8:
+        phys = base_phys + p
+        room = segment_size - phys % segment_size
+        size, magic = _SIZE_MAGIC.unpack_from(buf, p)
+        if magic == MAGIC_BLANK:
+            if size != room:
+                raise ValueError(f"bad blank marker at {phys}: size {size}, segment room {room}")
+        elif size + 8 > room:
+            raise ValueError(f"record at {phys} of {size} bytes crosses a segment boundary")
+        if p + size > n:
+            break
+        if magic != MAGIC_BLANK:
+            try:
+                verify_record(buf, p, n)
+            except CorruptRecordError as exc:
+                raise ValueError(f"corrupt replicated record at {phys}: {exc}") from exc
+        p += size
+    return base_phys + p
+
+
+def append_raw(store: MessageStore, offset: int, data: bytes | memoryview) -> int:
+    """Append raw commit-log bytes (a replication chunk, may end mid-record) and dispatch complete records.
+
+    ``offset`` must equal ``max_phy_offset``. Corrupt data raises ValueError and writes nothing.
+    Returns the new max physical offset.
+    """
+    log = store.commit_log
+    if offset != log.max_offset:
+        raise ValueError(f"raw append at {offset} but the log ends at {log.max_offset}")
+    if not store.running_flags.writeable:
+        raise RuntimeError(f"store not writeable: {store.running_flags!r} {store.last_error or ''}")
+    start = store.valid_end
+    prefix = log.read_raw(start, offset) if offset > start else b""
+    new_end = validate_raw(prefix + bytes(data), start, log.segment_size)
+    try:
+        log.append_raw(offset, data)
+    except OSError as exc:
+        store.io_failed("append_raw", exc)
+        raise
+    for _phys, f, pos, size in log.walk(start, new_end):
+        if size > 0:
+            info = parse_for_dispatch(f.mm, pos, size)
+            store.last_store_timestamp = max(store.last_store_timestamp, info.store_ts)
+            store._bump_next_offset(info.topic, info.queue_id, info.queue_offset, info.sys_flag)
+    store._set_positions(dispatched=store.dispatched_offset, valid_end=new_end, flushed=store.flushed_offset)
+    if not store.dispatch_behind_confirm:
+        store._reput(new_end)
+    else:
+        store._reput(store.confirm_offset)
+    store.request_flush()
+    return log.max_offset

@@ -1,0 +1,225 @@
+"""Fixed-size memory-mapped files (commit-log segments, consume-queue files, index files).
+
+Concurrency contract: writes and reads happen on the event loop thread only. ``fsync`` may run
+in a worker thread; it holds ``io_lock`` and checks ``closed`` so a file closed concurrently by the
+loop thread (which also takes ``io_lock`` to close) is never synced through a stale descriptor.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import mmap
+import os
+import threading
+from pathlib import Path
+from typing import Final
+
+import structlog
+
+MADV_POPULATE_WRITE: Final = 23  # Linux >= 5.14
+MADV_WILLNEED: Final = 3
+_ZERO_CHUNK: Final = 1 << 20
+
+
+def file_name(offset: int) -> str:
+    return f"{offset:020d}"
+
+
+def parse_file_name(name: str) -> int | None:
+    if len(name) == 20 and name.isdigit():
+        return int(name)
+    return None
+
+
+def fsync_dir(path: str | Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def preallocate(fd: int, size: int) -> None:
+    """Reserve disk blocks so writes through the mapping never hit ENOSPC (which would be SIGBUS)."""
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as exc:
+        if exc.errno in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+            os.ftruncate(fd, size)
+        else:
+            raise
+
+
+class MappedFile:
+    """One file of ``size`` bytes starting at logical ``base``, mapped read/write."""
+
+    __slots__ = ("path", "base", "size", "fd", "mm", "wrote", "closed", "last_store_ts", "io_lock", "warm_trigger",
+                 "warmed")  # fmt: skip
+
+    def __init__(self, path: Path, base: int, size: int, fd: int, io_lock: threading.Lock) -> None:
+        self.path = path
+        self.base = base
+        self.size = size
+        self.fd = fd
+        self.mm = mmap.mmap(fd, size)
+        self.wrote = 0
+        self.closed = False
+        self.last_store_ts = 0
+        self.io_lock = io_lock
+        self.warm_trigger = size  # appends past this kick the Warmer (set when it tracks the file)
+        self.warmed = 0
+
+    @classmethod
+    def create(cls, directory: Path, base: int, size: int, io_lock: threading.Lock) -> MappedFile:
+        path = directory / file_name(base)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            if os.fstat(fd).st_size < size:
+                preallocate(fd, size)
+            return cls(path, base, size, fd, io_lock)
+        except BaseException:
+            os.close(fd)
+            raise
+
+    @classmethod
+    def open_existing(cls, path: Path, base: int, size: int, io_lock: threading.Lock) -> MappedFile:
+        """Open a file; a short one (interrupted creation) is extended with zeros, a long one truncated."""
+        fd = os.open(path, os.O_RDWR)
+        try:
+            actual = os.fstat(fd).st_size
+            if actual < size:
+                preallocate(fd, size)
+            elif actual > size:
+                os.ftruncate(fd, size)
+            return cls(path, base, size, fd, io_lock)
+        except BaseException:
+            os.close(fd)
+            raise
+
+    @property
+    def end(self) -> int:
+        return self.base + self.size
+
+    def fsync(self) -> None:
+        """Make the file's written pages durable; safe to call from a worker thread."""
+        with self.io_lock:
+            if not self.closed:
+                os.fdatasync(self.fd)
+
+    def zero_from(self, pos: int) -> None:
+        """Zero bytes [pos, size) cheaply: shrink the file, then re-extend it (the filesystem zeroes)."""
+        with self.io_lock:
+            self.mm.close()
+            os.ftruncate(self.fd, pos)
+            preallocate(self.fd, self.size)
+            self.mm = mmap.mmap(self.fd, self.size)
+            os.fdatasync(self.fd)
+            self.warmed = 0
+
+    def zero_range(self, start: int, end: int) -> None:
+        """Write zeros over [start, end) through the mapping (for small ranges)."""
+        pos = start
+        while pos < end:
+            n = min(_ZERO_CHUNK, end - pos)
+            self.mm[pos : pos + n] = bytes(n)
+            pos += n
+
+    def close(self) -> None:
+        with self.io_lock:
+            if self.closed:
+                return
+            self.closed = True
+            try:
+                self.mm.close()
+            finally:
+                os.close(self.fd)
+
+    def destroy(self) -> None:
+        self.close()
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+
+class Warmer:
+    """Daemon thread that pre-faults pages of the active commit-log segment ahead of the write position.
+
+    First-touch page faults cost more than encoding a record (about 10 us per 4 KiB page on the VMs we
+    measured). ``madvise(MADV_POPULATE_WRITE)`` called through ctypes releases the GIL, so the faults are
+    taken on another core. Populating never changes file contents, so it may run while the loop thread
+    writes. The loop thread only compares its write position with ``file.warm_trigger``.
+    """
+
+    def __init__(self, ahead: int = 32 << 20, chunk: int = 1 << 20) -> None:
+        self._ahead = ahead
+        self._chunk = chunk
+        self._file: MappedFile | None = None
+        self._target = 0
+        self._event = threading.Event()
+        self._stop = False
+        self._advice = MADV_POPULATE_WRITE
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            self._madvise = libc.madvise
+            self._madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        except (OSError, AttributeError):
+            self._stop = True
+        self._thread = threading.Thread(target=self._run, name="store-warmer", daemon=True)
+        if not self._stop:
+            self._thread.start()
+
+    def track(self, f: MappedFile, pos: int) -> None:
+        """Loop thread: ``f`` is the active segment and the next write is at ``pos``."""
+        self._file = f
+        self.kick(pos)
+
+    def kick(self, pos: int) -> None:
+        f = self._file
+        if f is not None:
+            f.warm_trigger = f.size  # until the warmer has advanced
+        self._target = pos + self._ahead
+        self._event.set()
+
+    def stop(self) -> None:
+        self._stop = True
+        self._event.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while not self._stop:
+            self._event.wait()
+            self._event.clear()
+            f = self._file
+            if f is None:
+                continue
+            while not self._stop and f is self._file and f.warmed < min(self._target, f.size):
+                if not self._populate(f):
+                    break
+            if f is self._file:
+                f.warm_trigger = max(0, f.warmed - self._ahead // 2)
+
+    def _populate(self, f: MappedFile) -> bool:
+        with f.io_lock:
+            if f.closed:
+                return False
+            start = f.warmed
+            length = min(self._chunk, f.size - start)
+            buf = ctypes.c_char.from_buffer(f.mm)
+            addr = ctypes.addressof(buf)
+            del buf  # release the buffer export so the mapping can be closed later
+            rc = self._madvise(addr + start, length, self._advice)
+            if rc != 0 and self._advice == MADV_POPULATE_WRITE:
+                self._advice = MADV_WILLNEED  # older kernel: read-ahead at least allocates the pages
+                rc = self._madvise(addr + start, length, self._advice)
+            if rc != 0:
+                _log.warning("warmer_disabled", errno=ctypes.get_errno())
+                self._stop = True
+                return False
+            f.warmed = start + length
+            return True
+
+
+_log = structlog.get_logger(component="store.warmer")

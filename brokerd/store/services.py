@@ -1,0 +1,170 @@
+"""Background services of a started store: commit-log flush (periodic, or group commit for SYNC_FLUSH),
+sync-flush timeouts, logics flush + checkpoint, and the periodic clean.
+
+Concurrency contract: everything here runs on the store's event loop; fsyncs run in two dedicated
+single-thread executors (one for the commit log, one for consume queues / index / checkpoint), so
+flushes of one kind never overlap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
+
+import structlog
+
+from brokerd.store.checkpoint import Checkpoint, save_checkpoint
+from brokerd.store.consume_queue import sync_files
+from brokerd.store.flags import WRITE_LOGICS_QUEUE_ERROR
+
+if TYPE_CHECKING:
+    from brokerd.store.message_store import MessageStore
+
+log = structlog.get_logger(component="store.services")
+
+
+class StoreServices:
+    def __init__(self, store: MessageStore) -> None:
+        self._store = store
+        self._cfg = store.cfg
+        self._waiters: deque[tuple[int, asyncio.Future[bool], float]] = deque()
+        self._wake = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self.log_executor = ThreadPoolExecutor(1, thread_name_prefix="store-flush")
+        self.logics_executor = ThreadPoolExecutor(1, thread_name_prefix="store-logics")
+        self._flush_lock = asyncio.Lock()
+        self._timeout_s = self._cfg.sync_flush_timeout_ms / 1000
+        self.flush_count = 0
+
+    # ------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        loops = [self._logics_loop(), self._clean_loop()]
+        if self._cfg.sync_flush:
+            loops += [self._group_commit_loop(), self._timeout_loop()]
+        else:
+            loops.append(self._periodic_flush_loop())
+        self._tasks = [asyncio.create_task(c) for c in loops]
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+        await self.flush_commit_log()
+        self._release(self._store.flushed_offset)
+        while self._waiters:
+            _, fut, _ = self._waiters.popleft()
+            if not fut.done():
+                fut.set_result(False)
+        await self.flush_logics(clean=self._store.running_flags.writeable)
+        self.log_executor.shutdown(wait=True)
+        self.logics_executor.shutdown(wait=True)
+
+    # ------------------------------------------------------------ commit log flush
+
+    def wait_flushed(self, end: int) -> asyncio.Future[bool]:
+        """Future resolved True once the log is durable up to ``end``; False on timeout."""
+        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._waiters.append((end, fut, time.monotonic() + self._timeout_s))
+        self._wake.set()
+        return fut
+
+    def wakeup(self) -> None:
+        self._wake.set()
+
+    async def flush_commit_log(self) -> None:
+        store = self._store
+        async with self._flush_lock:
+            target = store.max_phy_offset
+            flushed = store.flushed_offset
+            if target <= flushed:
+                return
+            gen = store.truncate_generation
+            files = store.commit_log.files_between(flushed, target)
+            try:
+                await asyncio.get_running_loop().run_in_executor(self.log_executor, store.commit_log.sync_range, files)
+            except OSError as exc:
+                store.io_failed("flush_commit_log", exc)
+                return
+            self.flush_count += 1
+            store.on_flushed(target, gen)
+
+    def _release(self, flushed: int) -> None:
+        waiters = self._waiters
+        while waiters and waiters[0][0] <= flushed:
+            _, fut, _ = waiters.popleft()
+            if not fut.done():
+                fut.set_result(True)
+
+    async def _group_commit_loop(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            await self.flush_commit_log()
+            self._release(self._store.flushed_offset)
+
+    async def _timeout_loop(self) -> None:
+        period = min(self._timeout_s / 4, 0.25)
+        waiters = self._waiters
+        while True:
+            await asyncio.sleep(period)
+            now = time.monotonic()
+            while waiters and waiters[0][2] <= now:
+                _, fut, _ = waiters.popleft()
+                if not fut.done():
+                    fut.set_result(False)
+
+    async def _periodic_flush_loop(self) -> None:
+        interval = self._cfg.flush_interval_commit_log_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            await self.flush_commit_log()
+
+    # ------------------------------------------------------------ logics flush + checkpoint
+
+    async def flush_logics(self, *, clean: bool = False) -> None:
+        store = self._store
+        checkpoint = Checkpoint(store.flushed_offset, store.dispatched_offset, store.last_store_timestamp, clean)
+        jobs = store.queue_store.take_sync()
+        index = store.index
+        idx_dirty = index.take_dirty() if index is not None else None
+
+        def work() -> None:
+            for _cq, dirs, files, _upto in jobs:
+                sync_files(dirs, files)
+            if index is not None and idx_dirty is not None:
+                index.sync(idx_dirty)
+            save_checkpoint(store.checkpoint_path, checkpoint)
+
+        try:
+            await asyncio.get_running_loop().run_in_executor(self.logics_executor, work)
+        except OSError as exc:
+            store.io_failed("flush_logics", exc, bit=WRITE_LOGICS_QUEUE_ERROR)
+            return
+        for cq, _dirs, _files, upto in jobs:
+            cq.flushed_offset = min(max(cq.flushed_offset, upto), cq.max_offset)
+
+    def save_checkpoint_now(self, checkpoint: Checkpoint) -> None:
+        """Synchronously write a checkpoint, ordered after any logics flush in flight (loop thread blocks)."""
+        self.logics_executor.submit(save_checkpoint, self._store.checkpoint_path, checkpoint).result()
+
+    async def _logics_loop(self) -> None:
+        interval = self._cfg.flush_interval_consume_queue_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            await self.flush_logics()
+
+    # ------------------------------------------------------------ clean
+
+    async def _clean_loop(self) -> None:
+        interval = self._cfg.clean_resource_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                self._store.clean_expired_files()
+            except Exception:  # noqa: BLE001 - a failed clean must not stop the service
+                log.exception("clean_failed")
