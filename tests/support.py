@@ -167,21 +167,24 @@ def received(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r["recv"] for r in rows if "recv" in r]
 
 
-def rpc(addr: str, code: int, ext: dict[str, str] | None = None, body: bytes | None = None,
-        timeout: float = 5.0) -> Any:
-    """One blocking remoting request from the test process (our own wire client)."""
-    import asyncio
-
+async def arpc(addr: str, code: int, ext: dict[str, str] | None = None, body: bytes | None = None,
+               timeout: float = 5.0) -> Any:
+    """One remoting request on a fresh connection (our own wire client)."""
     from brokerd.remoting import RemotingClient, request
 
-    async def go() -> Any:
-        client = RemotingClient()
-        try:
-            return await client.invoke(addr, request(code, ext or {}, body), timeout)
-        finally:
-            await client.close()
+    client = RemotingClient()
+    try:
+        return await client.invoke(addr, request(code, ext or {}, body), timeout)
+    finally:
+        await client.close()
 
-    return asyncio.run(go())
+
+def rpc(addr: str, code: int, ext: dict[str, str] | None = None, body: bytes | None = None,
+        timeout: float = 5.0) -> Any:
+    """Blocking `arpc` for synchronous tests."""
+    import asyncio
+
+    return asyncio.run(arpc(addr, code, ext, body, timeout))
 
 
 class Cluster:
