@@ -11,7 +11,7 @@ from brokerd import message as m
 from brokerd.message import MessageInner
 from brokerd.metadata.topic import PERM_WRITE, TopicConfig, validate_topic
 from brokerd.remoting.codes import ResponseCode
-from brokerd.remoting.command import RemotingCommand
+from brokerd.remoting.command import HeaderError, RemotingCommand
 from brokerd.remoting.connection import Connection
 from brokerd.store.message_store import PutMessageResult, PutStatus
 
@@ -23,11 +23,10 @@ DLQ_PREFIX = "%DLQ%"
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 NOT_ALLOWED_SEND_TOPICS = frozenset({SCHEDULE_TOPIC, "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC",
                                      "RMQ_SYS_TRACE_TOPIC_NOT_ALLOWED"})
-# V2 single-letter keys (spec 2.3) -> V1 names
-V2_KEYS = {"a": "producerGroup", "b": "topic", "c": "defaultTopic", "d": "defaultTopicQueueNums", "e": "queueId",
-           "f": "sysFlag", "g": "bornTimestamp", "h": "flag", "i": "properties", "j": "reconsumeTimes",
-           "k": "unitMode", "l": "maxReconsumeTimes", "m": "batch", "n": "brokerName"}
-V1_CODES = (10,)
+# Field keys of SendMessageRequestHeader (code 10) and SendMessageRequestHeaderV2 (310/320), in the same order.
+V1_FIELDS = ("producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag", "bornTimestamp",
+             "flag", "properties", "reconsumeTimes", "unitMode", "maxReconsumeTimes", "batch")
+V2_FIELDS = ("a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m")
 
 PUT_STATUS_CODES = {
     PutStatus.PUT_OK: ResponseCode.SUCCESS,
@@ -55,23 +54,37 @@ class SendHeader:
     batch: bool
 
 
+def _int(cmd: RemotingCommand, key: str, default: int) -> int:
+    v = cmd.ext.get(key)
+    if not v:
+        return default
+    try:
+        return int(v)
+    except ValueError:
+        return cmd.int_field(key)  # raises HeaderError naming the field, or parses "3.0"
+
+
 def parse_send_header(cmd: RemotingCommand) -> SendHeader:
-    if cmd.code not in V1_CODES:
-        cmd.ext = {V2_KEYS.get(k, k): v for k, v in cmd.ext.items()}
-    mrt = cmd.ext.get("maxReconsumeTimes")
+    f = V1_FIELDS if cmd.code == 10 else V2_FIELDS
+    ext = cmd.ext
+    topic = ext.get(f[1])
+    if not topic:
+        raise HeaderError(f"missing header field {f[1]!r} (topic)")
+    mrt = ext.get(f[11])
+    batch = ext.get(f[12])
     return SendHeader(
-        producer_group=cmd.str_field("producerGroup", ""),
-        topic=cmd.str_field("topic"),
-        default_topic=cmd.str_field("defaultTopic", "TBW102"),
-        default_topic_queue_nums=cmd.int_field("defaultTopicQueueNums", 4),
-        queue_id=cmd.int_field("queueId", -1),
-        sys_flag=cmd.int_field("sysFlag", 0),
-        born_timestamp=cmd.int_field("bornTimestamp", 0),
-        flag=cmd.int_field("flag", 0),
-        properties=cmd.ext.get("properties") or "",
-        reconsume_times=cmd.int_field("reconsumeTimes", 0),
-        max_reconsume_times=cmd.int_field("maxReconsumeTimes") if mrt and cmd.version >= 121 else None,
-        batch=cmd.bool_field("batch") or cmd.code == 320 and cmd.ext.get("batch") is None,
+        producer_group=ext.get(f[0]) or "",
+        topic=topic,
+        default_topic=ext.get(f[2]) or "TBW102",
+        default_topic_queue_nums=_int(cmd, f[3], 4),
+        queue_id=_int(cmd, f[4], -1),
+        sys_flag=_int(cmd, f[5], 0),
+        born_timestamp=_int(cmd, f[6], 0),
+        flag=_int(cmd, f[7], 0),
+        properties=ext.get(f[8]) or "",
+        reconsume_times=_int(cmd, f[9], 0),
+        max_reconsume_times=_int(cmd, f[11], 16) if mrt and cmd.version >= 121 else None,
+        batch=batch.lower() in ("true", "1") if batch else cmd.code == 320,
     )
 
 
@@ -80,6 +93,18 @@ class SendProcessor:
         self.broker = broker
         self.cluster = broker.cfg.broker_cluster_name
         self.store_host = (broker.cfg.broker_ip1, broker.cfg.listen_port)
+        self._valid_topics: set[str] = set()
+        self._tag_codes: dict[str, int] = {}
+
+    def tags_code(self, tags: str | None) -> int:
+        if not tags:
+            return 0
+        code = self._tag_codes.get(tags)
+        if code is None:
+            if len(self._tag_codes) > 65536:
+                self._tag_codes.clear()
+            code = self._tag_codes[tags] = m.tags_code_of(tags)
+        return code
 
     def handlers(self) -> dict[int, object]:
         return {10: self.process, 310: self.process, 320: self.process}
@@ -114,11 +139,15 @@ class SendProcessor:
         if not b.is_writeable():
             return cmd.response(ResponseCode.NO_PERMISSION,
                                 f"the broker[{b.cfg.broker_ip1}] sending message is forbidden")
-        problem = validate_topic(h.topic)
-        if problem:
-            return cmd.response(ResponseCode.INVALID_PARAMETER, problem)
-        if h.topic in NOT_ALLOWED_SEND_TOPICS:
-            return cmd.response(ResponseCode.NO_PERMISSION, f"Sending message to topic[{h.topic}] is forbidden.")
+        if h.topic not in self._valid_topics:
+            problem = validate_topic(h.topic)
+            if problem:
+                return cmd.response(ResponseCode.INVALID_PARAMETER, problem)
+            if h.topic in NOT_ALLOWED_SEND_TOPICS:
+                return cmd.response(ResponseCode.NO_PERMISSION, f"Sending message to topic[{h.topic}] is forbidden.")
+            if len(self._valid_topics) > 100_000:
+                self._valid_topics.clear()
+            self._valid_topics.add(h.topic)
         topics = b.meta.topics
         tc = topics.get(h.topic)
         if tc is None:
@@ -157,7 +186,7 @@ class SendProcessor:
         msg = MessageInner(topic=topic, queue_id=queue_id, body=body, flag=h.flag, properties=props,
                            sys_flag=h.sys_flag, born_timestamp=h.born_timestamp, born_host=conn.remote_addr,
                            store_host=self.store_host, reconsume_times=h.reconsume_times,
-                           tags_code=m.tags_code_of(props.get(m.TAGS)))
+                           tags_code=self.tags_code(props.get(m.TAGS)))
         self.broker.schedule.apply_delay(msg)
         return msg
 
@@ -181,7 +210,7 @@ class SendProcessor:
                                      sys_flag=h.sys_flag, born_timestamp=h.born_timestamp,
                                      born_host=conn.remote_addr, store_host=self.store_host,
                                      reconsume_times=h.reconsume_times,
-                                     tags_code=m.tags_code_of(props.get(m.TAGS))))
+                                     tags_code=self.tags_code(props.get(m.TAGS))))
         return self._store(cmd, h, msgs, queue_id)
 
     def _store(self, cmd: RemotingCommand, h: SendHeader, msgs: list[MessageInner], queue_id: int) -> object:

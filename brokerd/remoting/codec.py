@@ -50,33 +50,35 @@ def _decode_json_header(raw: bytes | memoryview) -> RemotingCommand:
         h = orjson.loads(raw)
     except orjson.JSONDecodeError as e:
         raise FrameError(f"header is not JSON: {e}") from None
-    if not isinstance(h, dict):
+    if type(h) is not dict:
         raise FrameError("header is not a JSON object")
     code = h.get("code")
     opaque = h.get("opaque", 0)
     flag = h.get("flag", 0)
     version = h.get("version", 0)
-    for name, v in (("code", code), ("opaque", opaque), ("flag", flag), ("version", version)):
-        if not isinstance(v, int) or isinstance(v, bool):
-            raise FrameError(f"header field {name} must be an integer")
+    if not (type(code) is int and type(opaque) is int and type(flag) is int and type(version) is int):
+        for name, v in (("code", code), ("opaque", opaque), ("flag", flag), ("version", version)):
+            if type(v) is not int:
+                raise FrameError(f"header field {name} must be an integer")
     assert isinstance(code, int)
     lang = h.get("language", "JAVA")
-    if isinstance(lang, int) and 0 <= lang < len(LANGUAGES):
-        lang = LANGUAGES[lang]
+    if type(lang) is not str:
+        lang = LANGUAGES[lang] if type(lang) is int and 0 <= lang < len(LANGUAGES) else "OTHER"
     remark = h.get("remark")
     raw_ext = h.get("extFields")
-    ext: dict[str, str] = {}
-    if raw_ext is not None:
-        if not isinstance(raw_ext, dict):
-            raise FrameError("extFields must be an object")
-        for k, v in raw_ext.items():
-            s = _coerce(v)
-            if s is not None:
-                ext[k] = s
-    return RemotingCommand(
-        code=code, opaque=opaque, flag=flag, language=lang if isinstance(lang, str) else "OTHER", version=version,
-        remark=remark if isinstance(remark, str) else None, ext=ext,
-    )
+    if raw_ext is None:
+        ext: dict[str, str] = {}
+    elif type(raw_ext) is not dict:
+        raise FrameError("extFields must be an object")
+    else:
+        ext = {k: v for k, v in raw_ext.items() if type(v) is str}
+        if len(ext) != len(raw_ext):  # numbers/booleans from C++ and Node clients
+            for k, v in raw_ext.items():
+                if type(v) is not str:
+                    c = _coerce(v)
+                    if c is not None:
+                        ext[k] = c
+    return RemotingCommand(code, opaque, flag, lang, version, remark if type(remark) is str else None, ext)
 
 
 def _decode_binary_header(raw: bytes | memoryview) -> RemotingCommand:

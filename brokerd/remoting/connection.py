@@ -8,7 +8,6 @@ produced by one read are written with a single write (pipelining).
 from __future__ import annotations
 
 import asyncio
-import inspect
 import itertools
 from collections.abc import Awaitable, Callable
 from typing import Protocol, cast
@@ -131,12 +130,13 @@ class Connection(asyncio.Protocol):
             if not cmd.is_oneway:
                 self._append(out, _error_response(cmd, e))
             return
-        if inspect.isawaitable(res):
-            task = asyncio.ensure_future(self._finish(cmd, res))
+        if type(res) is RemotingCommand:
+            if not cmd.flag & FLAG_ONEWAY:
+                self._append(out, res)
+        elif res is not None:
+            task = asyncio.ensure_future(self._finish(cmd, res))  # type: ignore[arg-type]
             self.inflight.add(task)
             task.add_done_callback(self.inflight.discard)
-        elif res is not None and not cmd.is_oneway:
-            self._append(out, res)
 
     @staticmethod
     def _append(out: list[bytes | memoryview], resp: RemotingCommand) -> None:
