@@ -59,7 +59,7 @@ def store_config_of(cfg: BrokerConfig) -> StoreConfig:
         file_reserved_time_hours=cfg.file_reserved_time, delete_when=cfg.delete_when,
         max_message_size=cfg.max_message_size, disk_space_warning_level_ratio=cfg.disk_space_warning_level_ratio,
         disk_space_clean_forcibly_ratio=cfg.disk_space_clean_forcibly_ratio,
-        message_index_enable=cfg.message_index_enable,
+        message_index_enable=cfg.message_index_enable, clean_resource_interval_ms=cfg.clean_resource_interval,
     )
 
 

@@ -51,6 +51,7 @@ class BrokerConfig:
     disk_space_warning_level_ratio: float = 0.90
     disk_space_clean_forcibly_ratio: float = 0.85
     message_index_enable: bool = True
+    clean_resource_interval: int = 10_000  # ms between expiry/quota checks
     auto_create_topic_enable: bool = True
     auto_create_subscription_group: bool = True
     default_topic_queue_nums: int = 8
@@ -97,7 +98,8 @@ class BrokerConfig:
                          ("syncFlushTimeout", self.sync_flush_timeout),
                          ("registerNameServerPeriod", self.register_name_server_period),
                          ("maxMessageSize", self.max_message_size),
-                         ("defaultTopicQueueNums", self.default_topic_queue_nums)):
+                         ("defaultTopicQueueNums", self.default_topic_queue_nums),
+                         ("cleanResourceInterval", self.clean_resource_interval)):
             if val <= 0:
                 raise ConfigError(f"{key}: must be > 0, got {val}")
         for key, r in (("diskSpaceWarningLevelRatio", self.disk_space_warning_level_ratio),

@@ -125,11 +125,11 @@ class ConsumerManager:
 
     def unregister(self, conn: Connection, group: str | None = None) -> None:
         for name in [group] if group else list(self.groups):
-            info = self.groups.get(name) if name else None
+            info = self.groups.get(name)
             if info is not None and info.channels.pop(conn, None) is not None:
                 if not info.channels:
-                    del self.groups[name]  # type: ignore[arg-type]
-                self.on_change(name)  # type: ignore[arg-type]
+                    del self.groups[name]
+                self.on_change(name)
 
     def expire(self, timeout_s: float) -> list[str]:
         cutoff = self.now() - timeout_s
@@ -156,11 +156,11 @@ class ProducerManager:
 
     def unregister(self, conn: Connection, group: str | None = None) -> None:
         for name in [group] if group else list(self.groups):
-            chans = self.groups.get(name) if name else None
+            chans = self.groups.get(name)
             if chans is not None:
                 chans.pop(conn, None)
                 if not chans:
-                    del self.groups[name]  # type: ignore[arg-type]
+                    del self.groups[name]
 
     def expire(self, timeout_s: float) -> None:
         cutoff = self.now() - timeout_s

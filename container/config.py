@@ -18,9 +18,11 @@ class ContainerConfig:
     embedded_namesrv_port: int = 9876
     logs_root: str = field(default_factory=lambda: os.path.join(os.path.expanduser("~"), "logs", "rocketmqlogs"))
     isolate_log_enable: bool = False
-    metrics_port: int = 0  # aiohttp /metrics; 0 = disabled? no: -1 disables, 0 = ephemeral
+    metrics_port: int = 8080  # aiohttp /metrics and /health; 0 = any free port, -1 = disabled
     replicas_per_disk_partition: int = 1
     logical_disk_space_clean_forcibly_threshold: float = 0.80
+    disk_partition_size_bytes: int = 0  # 0 = the real partition size (tests inject a small one)
+    container_state_file: str = ""  # brokers added at runtime, restored at start; "" = ~/store/container-<port>.json
 
     def __post_init__(self) -> None:
         if not 0 <= self.listen_port <= 65535:
@@ -31,8 +33,15 @@ class ContainerConfig:
             raise ConfigError(f"metricsPort: invalid port {self.metrics_port}")
         if self.replicas_per_disk_partition < 1:
             raise ConfigError("replicasPerDiskPartition: must be >= 1")
+        if self.disk_partition_size_bytes < 0:
+            raise ConfigError("diskPartitionSizeBytes: must be >= 0")
         if not 0.0 < self.logical_disk_space_clean_forcibly_threshold <= 1.0:
             raise ConfigError("logicalDiskSpaceCleanForciblyThreshold: must be in (0, 1]")
+
+    @property
+    def state_file(self) -> str:
+        return self.container_state_file or os.path.join(
+            os.path.expanduser("~"), "store", f"container-{self.listen_port}-brokers.json")
 
     @property
     def broker_paths(self) -> list[str]:

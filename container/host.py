@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import json
 import os
 from dataclasses import dataclass, field
 
@@ -14,11 +15,15 @@ import structlog
 from brokerd.broker import Broker
 from brokerd.broker_config import BrokerConfig, load_broker_config
 from brokerd.config_file import ConfigError
+from brokerd.logging_setup import ROUTER
+from brokerd.namesrv.service import NamesrvConfig, NamesrvService
 from brokerd.remoting.client import RemotingClient
 from brokerd.remoting.codes import ResponseCode
 from brokerd.remoting.connection import Dispatcher
 from brokerd.remoting.server import RemotingServer
 from container.config import ContainerConfig
+from container.metrics import MetricsServer
+from container.quota import DiskQuota
 
 log = structlog.get_logger("container")
 
@@ -44,8 +49,12 @@ class BrokerContainer:
         self.admin_dispatcher = Dispatcher("container")
         self.admin_server: RemotingServer | None = None
         self.namesrv_server: RemotingServer | None = None
-        self.namesrv = None
+        self.namesrv: NamesrvService | None = None
+        self.metrics: MetricsServer | None = None
+        self.quota = DiskQuota(self)
         self._lock = asyncio.Lock()
+        self._stopping = False
+        ROUTER.enabled = cfg.isolate_log_enable
 
     @property
     def namesrv_addrs(self) -> list[str]:
@@ -57,8 +66,6 @@ class BrokerContainer:
 
     async def start(self) -> None:
         if self.cfg.embedded_namesrv_enable:
-            from brokerd.namesrv.service import NamesrvConfig, NamesrvService
-
             self.namesrv = NamesrvService(NamesrvConfig(listen_port=self.cfg.embedded_namesrv_port))
             d = Dispatcher("namesrv")
             d.register_all(self.namesrv.handlers())
@@ -70,15 +77,26 @@ class BrokerContainer:
         register_admin(self)
         self.admin_server = RemotingServer(self.admin_dispatcher, port=self.cfg.listen_port, name="container-admin")
         await self.admin_server.start()
-        for path in self.cfg.broker_paths:
-            await self.add_broker(path)
+        if self.cfg.metrics_port >= 0:
+            self.metrics = MetricsServer(self, self.cfg.metrics_port)
+            await self.metrics.start()
+        for path in self.cfg.broker_paths + [p for p in self._load_state() if p not in self.cfg.broker_paths]:
+            try:
+                await self.add_broker(path, persist=False)
+            except ContainerError as e:
+                if path in self.cfg.broker_paths:
+                    raise
+                log.error("restore_added_broker_failed", path=path, error=str(e))
         log.info("container_started", admin_port=self.admin_server.port, brokers=sorted(self.brokers))
 
     async def stop(self) -> None:
+        self._stopping = True
         for ident in list(self.brokers):
             await self.remove_broker(ident)
         if self.admin_server is not None:
             await self.admin_server.stop()
+        if self.metrics is not None:
+            await self.metrics.stop()
         if self.namesrv is not None:
             await self.namesrv.stop()
         if self.namesrv_server is not None:
@@ -98,7 +116,8 @@ class BrokerContainer:
         except ConfigError as e:
             raise ContainerError(ResponseCode.SYSTEM_ERROR, f"invalid broker config {path}: {e}") from e
 
-    async def add_broker(self, path: str) -> Broker:
+    async def add_broker(self, path: str, persist: bool = True) -> Broker:
+        path = os.path.abspath(path) if path else path
         cfg = self.load_broker_config(path)
         async with self._lock:
             if cfg.identity in self.brokers:
@@ -121,6 +140,14 @@ class BrokerContainer:
                     raise
                 raise ContainerError(ResponseCode.SYSTEM_ERROR, f"start broker {cfg.identity} failed: {e}") from e
             self.brokers[cfg.identity] = slot
+            self.quota.install(broker)
+            if cfg.isolate_log_enable or self.cfg.isolate_log_enable:
+                ROUTER.enabled = True
+                ident = cfg.identity.replace(":", "_")
+                ROUTER.register(cfg.identity, os.path.join(self.cfg.logs_root, f"{ident}_rocketmqlogs", "broker.log"),
+                                [cfg.broker_addr, cfg.broker_name])
+            if persist:
+                self._save_state()
         return broker
 
     async def _bind(self, slot: BrokerSlot) -> None:
@@ -147,3 +174,31 @@ class BrokerContainer:
             for s in slot.servers:
                 await s.stop()
             await slot.broker.shutdown()
+            ROUTER.unregister(identity)
+            if not self._stopping:
+                self._save_state()
+
+    # -- brokers added at runtime come back after a restart ------------------------------------------------
+
+    def _load_state(self) -> list[str]:
+        try:
+            with open(self.cfg.state_file, encoding="utf-8") as f:
+                paths = json.load(f).get("addedBrokerConfigPaths", [])
+        except FileNotFoundError:
+            return []
+        except (OSError, ValueError) as e:
+            log.error("container_state_unreadable", path=self.cfg.state_file, error=str(e))
+            return []
+        return [p for p in paths if isinstance(p, str)]
+
+    def _save_state(self) -> None:
+        added = [s.config_path for s in self.brokers.values()
+                 if s.config_path and s.config_path not in self.cfg.broker_paths]
+        path = self.cfg.state_file
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        tmp = path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump({"addedBrokerConfigPaths": added}, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)

@@ -30,7 +30,9 @@ async def run(cfg: ContainerConfig) -> int:
         await container.stop()
         print(f"mqbrokercontainer: start failed: {e}", file=sys.stderr)
         return 1
-    print(f"The broker container boot success. admin port {container.admin_server.port if container.admin_server else '-'}, "
+    admin = container.admin_server.port if container.admin_server else "-"
+    metrics = container.metrics.port if container.metrics else "-"
+    print(f"The broker container boot success. admin port {admin}, metrics port {metrics}, "
           f"brokers: {', '.join(sorted(container.brokers)) or 'none'}", flush=True)
     await stop.wait()
     await container.stop()

@@ -190,7 +190,9 @@ def rpc(addr: str, code: int, ext: dict[str, str] | None = None, body: bytes | N
 class Cluster:
     """An mqbrokercontainer subprocess with an embedded name server and N brokers, on free ports."""
 
-    def __init__(self, tmp: pathlib.Path, brokers: int = 1, **broker_extra: Any) -> None:
+    def __init__(self, tmp: pathlib.Path, brokers: int = 1, container_extra: dict[str, Any] | None = None,
+                 **broker_extra: Any) -> None:
+        container_extra = container_extra or {}
         self.tmp = tmp
         self.namesrv_port = free_port()
         self.admin_port = free_port()
@@ -204,7 +206,9 @@ class Cluster:
                                                store=tmp / "store" / name, **broker_extra)))
         self.conf = tmp / "container.conf"
         self.conf.write_text(f"listenPort={self.admin_port}\nembeddedNamesrvEnable=true\n"
-                             f"embeddedNamesrvPort={self.namesrv_port}\nbrokerConfigPaths={':'.join(paths)}\n")
+                             f"embeddedNamesrvPort={self.namesrv_port}\nbrokerConfigPaths={':'.join(paths)}\n"
+                             f"metricsPort=0\ncontainerStateFile={tmp / 'container-state.json'}\n"
+                             f"logsRoot={tmp / 'logs'}\n" + "".join(f"{k}={v}\n" for k, v in container_extra.items()))
         self.daemon: Daemon | None = None
 
     @property

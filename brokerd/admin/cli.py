@@ -39,6 +39,11 @@ def parse_identity(s: str) -> dict[str, str]:
     return {"brokerClusterName": parts[0], "brokerName": parts[1], "brokerId": parts[2]}
 
 
+def identity_arg(s: str) -> str:
+    parse_identity(s)
+    return s
+
+
 def _target(args: argparse.Namespace) -> dict[str, str]:
     return parse_identity(args.broker) if getattr(args, "broker", None) else {}
 
@@ -137,15 +142,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-b", "--brokerConfigPath", dest="config", required=True, help="broker config path on the container host")
     p = cmd("removeBroker", remove_broker, "Remove a broker from a broker container")
     p.add_argument("-c", "--brokerContainerAddr", dest="container", required=True)
-    p.add_argument("-b", "--brokerIdentity", dest="broker", required=True, help="cluster:brokerName:brokerId")
+    p.add_argument("-b", "--brokerIdentity", dest="broker", required=True, type=identity_arg,
+                   help="cluster:brokerName:brokerId")
     p = cmd("listBrokers", list_brokers, "List the brokers of a broker container")
     p.add_argument("-c", "--brokerContainerAddr", dest="container", required=True)
     p = cmd("getBrokerConfig", get_broker_config, "Get the config of a broker in a container")
     p.add_argument("-c", "--brokerContainerAddr", dest="container", required=True)
-    p.add_argument("-b", "--brokerIdentity", dest="broker", help="cluster:brokerName:brokerId")
+    p.add_argument("-b", "--brokerIdentity", dest="broker", type=identity_arg, help="cluster:brokerName:brokerId")
     p = cmd("updateBrokerConfig", update_broker_config, "Update one config key of a broker in a container")
     p.add_argument("-c", "--brokerContainerAddr", dest="container", required=True)
-    p.add_argument("-b", "--brokerIdentity", dest="broker", help="cluster:brokerName:brokerId")
+    p.add_argument("-b", "--brokerIdentity", dest="broker", type=identity_arg, help="cluster:brokerName:brokerId")
     p.add_argument("-k", "--key", required=True)
     p.add_argument("-v", "--value", required=True)
     p = cmd("brokerStatus", broker_status, "Fetch a broker's runtime status and counters")

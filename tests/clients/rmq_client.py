@@ -49,11 +49,11 @@ def produce():
     ok = 0
     for i in range(start, start + COUNT):
         msg = rc.Message(TOPIC)
-        msg.set_keys("key-%d" % i)
+        msg.set_keys(f"key-{i}")
         msg.set_tags(tags[i % len(tags)])
         msg.set_property("seq", str(i))
-        msg.set_property("color", "blue-%d" % (i % 3))
-        body = "body-%d-%s" % (i, "é✓")
+        msg.set_property("color", f"blue-{i % 3}")
+        body = f"body-{i}-é✓"
         if size:
             body = body + "x" * max(0, size - len(body.encode()))
         msg.set_body(body)
@@ -136,8 +136,16 @@ def push():
     os._exit(0 if done.is_set() else 1)
 
 
+class PullConsumer(rc.PullConsumer):
+    """The wrapper keys its offset table by topic@queueId only, so queues of the same id on different brokers
+    overwrite each other's offsets; key by broker name too."""
+
+    def _get_mq_key(self, mq):
+        return "%s@%s@%s" % (mq.topic, mq.brokerName, mq.queueId)
+
+
 def pull():
-    c = rc.PullConsumer(GROUP)
+    c = PullConsumer(GROUP)
     c.set_namesrv_addr(NAMESRV)
     c.start()
     deliveries, done = [], threading.Event()

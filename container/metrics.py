@@ -1,0 +1,80 @@
+"""Per-broker observability: Prometheus text on an aiohttp `/metrics` endpoint (labelled by broker identity,
+so nothing leaks between brokers) and `/health`."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+if TYPE_CHECKING:
+    from container.host import BrokerContainer
+
+COUNTERS = (
+    ("rocketmq_messages_in_total", "counter", "Messages stored by the broker", lambda b: b.stats.msgs_in),
+    ("rocketmq_messages_out_total", "counter", "Messages returned to consumers", lambda b: b.stats.msgs_out),
+    ("rocketmq_bytes_in_total", "counter", "Stored bytes", lambda b: b.stats.bytes_in),
+    ("rocketmq_bytes_out_total", "counter", "Bytes returned to consumers", lambda b: b.stats.bytes_out),
+    ("rocketmq_errors_total", "counter", "Failed requests", lambda b: b.stats.errors),
+    ("rocketmq_disk_usage_bytes", "gauge", "Commit log + consume queue + index bytes",
+     lambda b: b.store.logical_usage_bytes()),
+    ("rocketmq_commitlog_max_offset", "gauge", "Commit log max physical offset", lambda b: b.store.max_phy_offset),
+    ("rocketmq_store_writeable", "gauge", "1 when the store accepts writes", lambda b: int(b.store.is_writeable())),
+)
+
+
+def _escape(v: str) -> str:
+    return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def render(container: BrokerContainer) -> str:
+    lines: list[str] = []
+    slots = sorted(container.brokers.items())
+    for name, kind, help_, get in COUNTERS:
+        lines.append(f"# HELP {name} {help_}")
+        lines.append(f"# TYPE {name} {kind}")
+        for ident, slot in slots:
+            try:
+                value = get(slot.broker)
+            except Exception:  # noqa: BLE001 - a broken broker must not break the scrape of the others
+                continue
+            lines.append(f'{name}{{broker="{_escape(ident)}"}} {value}')
+    lines.append("# HELP rocketmq_container_brokers Brokers hosted by this container")
+    lines.append("# TYPE rocketmq_container_brokers gauge")
+    lines.append(f"rocketmq_container_brokers {len(slots)}")
+    return "\n".join(lines) + "\n"
+
+
+class MetricsServer:
+    def __init__(self, container: BrokerContainer, port: int, host: str = "0.0.0.0") -> None:
+        self.container = container
+        self.requested_port = port
+        self.host = host
+        self.port = 0
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/health", self._health)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.requested_port)
+        await site.start()
+        server = site._server
+        assert server is not None and server.sockets  # type: ignore[attr-defined]
+        self.port = int(server.sockets[0].getsockname()[1])  # type: ignore[attr-defined]
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        return web.Response(body=render(self.container).encode(),
+                            headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+
+    async def _health(self, request: web.Request) -> web.Response:
+        brokers = {k: s.broker.status for k, s in self.container.brokers.items()}
+        ok = all(v == "running" for v in brokers.values())
+        return web.json_response({"status": "ok" if ok else "degraded", "brokers": brokers}, status=200 if ok else 503)
