@@ -198,6 +198,13 @@ class Broker:
     def disk_ok(self) -> bool:
         return self.store.is_writeable()
 
+    def health(self) -> tuple[str, str]:
+        """(status, last error): an I/O error inside the store shows as 'degraded', contained to this broker."""
+        err = self.store.last_error or self.last_error or ""
+        if self.status == "running" and (err or not self.store.is_writeable()):
+            return "degraded", err or "store not writeable: " + ",".join(self.store.running_flags.names())
+        return self.status, err
+
     def config_properties(self) -> dict[str, str]:
         return config_to_properties(self.cfg)
 
@@ -218,11 +225,11 @@ class Broker:
         st = self.store
         return {
             "brokerVersion": "479", "brokerVersionDesc": "V5_3_3", "brokerRole": self.cfg.broker_role,
-            "status": self.status, "msgPutTotalTodayNow": self.stats.msgs_in, "msgGetTotalTodayNow": self.stats.msgs_out,
+            "msgPutTotalTodayNow": self.stats.msgs_in, "msgGetTotalTodayNow": self.stats.msgs_out,
             "bytesIn": self.stats.bytes_in, "bytesOut": self.stats.bytes_out, "errors": self.stats.errors,
             "commitLogMaxOffset": st.max_phy_offset, "commitLogMinOffset": st.min_phy_offset,
             "confirmOffset": st.confirm_offset, "diskUsageBytes": st.logical_usage_bytes(),
-            "bootTimestamp": int(time.time() * 1000), "lastError": self.last_error or "",
+            "bootTimestamp": int(time.time() * 1000), "status": self.health()[0], "lastError": self.health()[1],
         }
 
 

@@ -246,18 +246,12 @@ def offset_msg_id(store_host: tuple[str, int], phys_offset: int) -> str:
 
 def decode_offset_msg_id(s: str) -> tuple[str, int, int]:
     """Inverse of :func:`offset_msg_id`: (ip, port, physical offset); 32 chars = IPv4, 56 = IPv6."""
-    if len(s) == 32:
-        raw = bytes.fromhex(s)
-        ip = socket.inet_ntoa(raw[:4])
-        rest = raw[4:]
-    elif len(s) == 56:
-        raw = bytes.fromhex(s)
-        ip = socket.inet_ntop(socket.AF_INET6, raw[:16])
-        rest = raw[16:]
-    else:
+    if len(s) not in (32, 56):
         raise ValueError(f"bad offset message id length {len(s)}")
-    port = _I32.unpack_from(rest, 0)[0]
-    offset = _I64.unpack_from(rest, 4)[0]
+    raw = bytes.fromhex(s)
+    ip_len = 4 if len(s) == 32 else 16
+    ip = socket.inet_ntoa(raw[:4]) if ip_len == 4 else socket.inet_ntop(socket.AF_INET6, raw[:16])
+    port, offset = struct.unpack_from(">iq", raw, ip_len)
     return ip, port, offset
 
 
@@ -292,12 +286,14 @@ class _UniqIdGenerator:
         return self._prefix + tail.hex().upper()
 
 
-_UNIQ = _UniqIdGenerator()
+_UNIQ: list[_UniqIdGenerator] = []  # created on first use (the host lookup stays out of import time)
 
 
 def new_uniq_id() -> str:
     """A new UNIQ_KEY (32 uppercase hex chars), for messages that arrive without one."""
-    return _UNIQ.next()
+    if not _UNIQ:
+        _UNIQ.append(_UniqIdGenerator())
+    return _UNIQ[0].next()
 
 
 # ---------------------------------------------------------------- models

@@ -6,8 +6,6 @@ import asyncio
 import time
 from typing import TYPE_CHECKING
 
-
-
 from brokerd import message as m
 from brokerd.message import MessageInner
 from brokerd.store.message_store import GetMessageStatus, PutStatus

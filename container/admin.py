@@ -61,8 +61,8 @@ def register_admin(container: BrokerContainer) -> None:
         return proc.get_config(conn, cmd) if cmd.code == 26 else proc.update_config(conn, cmd)
 
     def list_brokers(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        rows = [{"identity": k, "addr": s.broker.cfg.broker_addr, "status": s.broker.status,
-                 "role": s.broker.cfg.broker_role, "lastError": s.broker.last_error or ""}
+        rows = [{"identity": k, "addr": s.broker.cfg.broker_addr, "status": s.broker.health()[0],
+                 "role": s.broker.cfg.broker_role, "lastError": s.broker.health()[1]}
                 for k, s in sorted(container.brokers.items())]
         return cmd.response(body=orjson.dumps({"brokers": rows}))
 

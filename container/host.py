@@ -128,6 +128,11 @@ class BrokerContainer:
                                          f"storePathRootDir {cfg.store_path_root_dir} is used by {slot.broker.cfg.identity}")
             broker = Broker(cfg, self.outer, config_path=path, namesrv_addrs=self.namesrv_addrs)
             slot = BrokerSlot(broker, config_path=path)
+            if cfg.isolate_log_enable or self.cfg.isolate_log_enable:
+                ROUTER.enabled = True
+                ident = cfg.identity.replace(":", "_")
+                ROUTER.register(cfg.identity, os.path.join(self.cfg.logs_root, f"{ident}_rocketmqlogs", "broker.log"),
+                                [cfg.broker_addr, cfg.broker_name])
             try:
                 await self._bind(slot)
                 await broker.start()
@@ -136,16 +141,12 @@ class BrokerContainer:
                     await s.stop(grace=0)
                 if broker.status != "created":
                     await broker.store.shutdown()
+                ROUTER.unregister(cfg.identity)
                 if isinstance(e, ContainerError):
                     raise
                 raise ContainerError(ResponseCode.SYSTEM_ERROR, f"start broker {cfg.identity} failed: {e}") from e
             self.brokers[cfg.identity] = slot
             self.quota.install(broker)
-            if cfg.isolate_log_enable or self.cfg.isolate_log_enable:
-                ROUTER.enabled = True
-                ident = cfg.identity.replace(":", "_")
-                ROUTER.register(cfg.identity, os.path.join(self.cfg.logs_root, f"{ident}_rocketmqlogs", "broker.log"),
-                                [cfg.broker_addr, cfg.broker_name])
             if persist:
                 self._save_state()
         return broker

@@ -75,6 +75,6 @@ class MetricsServer:
                             headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
     async def _health(self, request: web.Request) -> web.Response:
-        brokers = {k: s.broker.status for k, s in self.container.brokers.items()}
+        brokers = {k: s.broker.health()[0] for k, s in self.container.brokers.items()}
         ok = all(v == "running" for v in brokers.values())
         return web.json_response({"status": "ok" if ok else "degraded", "brokers": brokers}, status=200 if ok else 503)

@@ -69,9 +69,9 @@ async def list_brokers(args: argparse.Namespace) -> int:
     if resp.code:
         return fail(resp)
     rows = orjson.loads(resp.body or b"{}").get("brokers", [])
-    print(f"{'#Identity':<40} {'#Addr':<22} {'#Role':<13} {'#Status'}")
+    print(f"{'#Identity':<40} {'#Addr':<22} {'#Role':<13} {'#Status':<9} #LastError")
     for r in rows:
-        print(f"{r['identity']:<40} {r['addr']:<22} {r['role']:<13} {r['status']}")
+        print(f"{r['identity']:<40} {r['addr']:<22} {r['role']:<13} {r['status']:<9} {r.get('lastError', '')}")
     return 0
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import mmap
 import struct
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
@@ -57,7 +56,6 @@ class CommitLog:
         self.dir = directory
         self.segment_size = segment_size
         self.store_host = store_host
-        self.io_lock = threading.Lock()
         self.files: list[MappedFile] = []
         self.encoder = RecordEncoder()
         self._store_ip = self.encoder.host(store_host[0])
@@ -77,7 +75,7 @@ class CommitLog:
                 raise ValueError(f"commit log file {file_name(base)} is not aligned to segment size {self.segment_size}")
             if i and base != bases[i - 1] + self.segment_size:
                 raise ValueError(f"commit log files are not contiguous at {file_name(base)}")
-            self.files.append(MappedFile.open_existing(self.dir / file_name(base), base, self.segment_size, self.io_lock))
+            self.files.append(MappedFile.open_existing(self.dir / file_name(base), base, self.segment_size))
         for f in self.files:
             f.wrote = f.size  # refined by recovery for the tail
 
@@ -107,7 +105,7 @@ class CommitLog:
 
     def _new_file(self, base: int) -> MappedFile:
         try:
-            f = MappedFile.create(self.dir, base, self.segment_size, self.io_lock)
+            f = MappedFile.create(self.dir, base, self.segment_size)
         except OSError as exc:
             raise CreateFileError(exc.errno, f"cannot create commit log file {file_name(base)}: {exc}") from exc
         self.files.append(f)

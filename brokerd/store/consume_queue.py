@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import shutil
 import struct
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
@@ -21,6 +20,7 @@ from brokerd.store.config import CQ_UNIT_SIZE
 from brokerd.store.mapped_file import MappedFile, file_name, fsync_dir, parse_file_name
 
 ENTRY: Final = struct.Struct(">qiq")
+_SIZE_AT: Final = struct.Struct(">i")
 
 log = structlog.get_logger(component="store.consumequeue")
 
@@ -28,13 +28,12 @@ log = structlog.get_logger(component="store.consumequeue")
 class ConsumeQueue:
     """One topic/queue. ``max_offset`` = next logical offset to write; ``min_offset`` = first valid one."""
 
-    def __init__(self, root: Path, topic: str, queue_id: int, file_size: int, io_lock: threading.Lock) -> None:
+    def __init__(self, root: Path, topic: str, queue_id: int, file_size: int) -> None:
         self.topic = topic
         self.queue_id = queue_id
         self.dir = root / topic / str(queue_id)
         self.file_size = file_size
         self.units_per_file = file_size // CQ_UNIT_SIZE
-        self.io_lock = io_lock
         self.files: list[MappedFile] = []
         self.max_offset = 0
         self.min_offset = 0
@@ -49,31 +48,26 @@ class ConsumeQueue:
             if base % self.file_size:
                 log.warning("consume_queue_file_misaligned", topic=self.topic, queue_id=self.queue_id, base=base)
                 continue
-            self.files.append(MappedFile.open_existing(self.dir / file_name(base), base, self.file_size, self.io_lock))
+            self.files.append(MappedFile.open_existing(self.dir / file_name(base), base, self.file_size))
         if self.files:
             self.min_offset = self.files[0].base // CQ_UNIT_SIZE
             self.max_offset = self.min_offset
 
     def recover(self, phys_limit: int) -> None:
-        """Keep the leading run of entries with size > 0 and phys < ``phys_limit``; drop the rest.
+        """Keep the leading run of written entries with phys < ``phys_limit``; drop the rest.
 
-        The written end is found by scanning the last two files (earlier files were complete and flushed
-        before a later one was started); entries at or after ``phys_limit`` are found by binary search
-        (entries are in commit-log order). What follows is zeroed and later files are deleted.
+        Entries are written in order, so the written end is found by binary search on "size > 0" in the
+        last file (or the one before, when the last is empty), and the first entry at or after
+        ``phys_limit`` by binary search on phys (entries are in commit-log order). If a power loss left
+        holes, the result may be short; re-dispatch from ``phys_limit`` rewrites those entries in place.
         """
         if not self.files:
             return
-        first_scan = max(0, len(self.files) - 2)
-        end = self.files[first_scan].base // CQ_UNIT_SIZE
-        for f in self.files[first_scan:]:
-            count = 0
-            for phys, size, _tags in ENTRY.iter_unpack(f.mm):
-                if size <= 0 or phys < 0:
-                    break
-                count += 1
-            end = f.base // CQ_UNIT_SIZE + count
-            if count < self.units_per_file:
-                break
+        last = self.files[-1]
+        end = last.base // CQ_UNIT_SIZE + _written_count(last)
+        if end == last.base // CQ_UNIT_SIZE and len(self.files) > 1:
+            prev = self.files[-2]
+            end = prev.base // CQ_UNIT_SIZE + _written_count(prev)
         self.max_offset = max(end, self.min_offset)
         lo, hi = self.min_offset, self.max_offset
         while lo < hi:
@@ -126,7 +120,7 @@ class ConsumeQueue:
         if self.files and base < self.files[0].base:
             raise ValueError(f"queue offset {byte_pos // CQ_UNIT_SIZE} is below the first file of {self.topic}")
         self.dir.mkdir(parents=True, exist_ok=True)
-        f = MappedFile.create(self.dir, base, self.file_size, self.io_lock)
+        f = MappedFile.create(self.dir, base, self.file_size)
         if not self.files:
             self.min_offset = self.max_offset = base // CQ_UNIT_SIZE
         self.files.append(f)
@@ -241,6 +235,18 @@ class ConsumeQueue:
 
 
 _ZERO_STEP: Final = bytes(65536)
+
+
+def _written_count(f: MappedFile) -> int:
+    """Number of leading entries with size > 0 in ``f`` (binary search)."""
+    lo, hi = 0, f.size // CQ_UNIT_SIZE
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _SIZE_AT.unpack_from(f.mm, mid * CQ_UNIT_SIZE + 8)[0] > 0:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
 
 
 def sync_files(dirs: list[Path], files: list[MappedFile]) -> None:

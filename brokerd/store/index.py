@@ -1,10 +1,13 @@
 """Message key index: ``index/<20-digit sequence>`` fixed-size hash files (our own format).
 
-File layout (big-endian):
-  header (48 bytes): magic "RMQI", version, begin_ts, begin_phy, end_ts, end_phy, index_count, reserved
-  slots: ``max_hash_slot_num`` x int32 = number of the newest entry in the chain (0 = empty)
-  entries: ``max_index_num`` x 24 bytes: key hash (uint32), phys offset (int64), store ts (int64),
-           previous entry number in the chain (int32). Entry 0 is unused.
+File layout:
+  header (48 bytes, big-endian): magic "RMQI", version, begin_ts, begin_phy, end_ts, end_phy, index_count
+  slots: ``max_hash_slot_num`` x uint32 (native byte order) = number of the newest entry in the chain, 0 = empty
+  entries: ``max_index_num`` x 3 uint64 (native byte order): key hash << 32 | previous entry number,
+           phys offset, store timestamp. Entry 0 is unused.
+
+Native byte order lets the hot path use ``memoryview.cast`` item access instead of struct calls; the
+files are host-local (a replica rebuilds its own index from the commit log).
 
 Keys are ``topic + "#" + key`` hashed with CRC-32. Readers verify candidates against the record
 (the index may hold stale entries after truncation), so the index never needs rewriting.
@@ -15,7 +18,6 @@ Concurrency contract: single writer; call only from the event loop thread (``syn
 from __future__ import annotations
 
 import struct
-import threading
 from pathlib import Path
 from typing import Final
 from zlib import crc32
@@ -25,15 +27,12 @@ import structlog
 from brokerd.store.mapped_file import MappedFile, file_name, fsync_dir, parse_file_name
 
 MAGIC: Final = b"RMQI"
-VERSION: Final = 1
+VERSION: Final = 2
 HEADER: Final = struct.Struct(">4siqq")  # magic, version, begin_ts, begin_phy
 TAIL: Final = struct.Struct(">qqi")  # end_ts, end_phy, index_count (at byte 24)
 HEADER_SIZE: Final = 48
-ENTRY: Final = struct.Struct(">Iqqi")
-SLOT: Final = struct.Struct(">i")
-_unpack_slot = SLOT.unpack_from
-_pack_slot = SLOT.pack_into
-_pack_entry = ENTRY.pack_into
+SLOT_SIZE: Final = 4
+ENTRY_SIZE: Final = 24
 
 log = structlog.get_logger(component="store.index")
 
@@ -51,17 +50,20 @@ class IndexFile:
         self.mf = mf
         self.slots = slots
         self.max_entries = max_entries
-        self.entries_pos = HEADER_SIZE + slots * SLOT.size
+        self.entries_pos = HEADER_SIZE + slots * SLOT_SIZE
         mm = mf.mm
-        magic, _ver, self.begin_ts, self.begin_phy = HEADER.unpack_from(mm, 0)
+        whole = memoryview(mm)
+        self.slot_view = whole[HEADER_SIZE : self.entries_pos].cast("I")
+        self.ent_view = whole[self.entries_pos : self.entries_pos + max_entries * ENTRY_SIZE].cast("Q")
+        whole.release()
+        magic, version, self.begin_ts, self.begin_phy = HEADER.unpack_from(mm, 0)
         self.end_ts, self.end_phy, self.count = TAIL.unpack_from(mm, 24)
-        if magic != MAGIC or not 0 < self.count <= max_entries:
+        if magic != MAGIC or version != VERSION or not 0 < self.count <= max_entries:
             self.begin_ts = self.begin_phy = self.end_ts = self.end_phy = 0
             self.count = 1
-        while self.count < max_entries:
-            _h, phys, ts, _prev = ENTRY.unpack_from(mm, self.entries_pos + self.count * ENTRY.size)
-            if ts == 0:
-                break
+        ent = self.ent_view
+        while self.count < max_entries and ent[self.count * 3 + 2] != 0:
+            phys, ts = ent[self.count * 3 + 1], ent[self.count * 3 + 2]
             if self.count == 1:
                 self.begin_ts, self.begin_phy = ts, phys
             self.end_ts, self.end_phy = ts, phys
@@ -70,7 +72,7 @@ class IndexFile:
 
     @staticmethod
     def size_for(slots: int, max_entries: int) -> int:
-        return HEADER_SIZE + slots * SLOT.size + max_entries * ENTRY.size
+        return HEADER_SIZE + slots * SLOT_SIZE + max_entries * ENTRY_SIZE
 
     def write_header(self) -> None:
         HEADER.pack_into(self.mf.mm, 0, MAGIC, VERSION, self.begin_ts, self.begin_phy)
@@ -82,24 +84,38 @@ class IndexFile:
     def lookup(self, h: int, begin_ts: int, end_ts: int, limit: int) -> list[int]:
         """Phys offsets of entries with hash ``h`` and ts in [begin_ts, end_ts], newest first."""
         out: list[int] = []
-        mm = self.mf.mm
-        n = SLOT.unpack_from(mm, HEADER_SIZE + (h % self.slots) * 4)[0]
+        ent = self.ent_view
+        n = self.slot_view[h % self.slots]
         while 0 < n < self.count and len(out) < limit:
-            eh, phys, ts, prev = ENTRY.unpack_from(mm, self.entries_pos + n * 24)
-            if eh == h and begin_ts <= ts <= end_ts:
-                out.append(phys)
+            word = ent[n * 3]
+            ts = ent[n * 3 + 2]
+            if word >> 32 == h and begin_ts <= ts <= end_ts:
+                out.append(ent[n * 3 + 1])
+            prev = word & 0xFFFFFFFF
             if prev >= n:
                 break
             n = prev
         return out
 
+    def close(self, *, write_header: bool = True) -> None:
+        if self.mf.closed:
+            return
+        if write_header:
+            self.write_header()
+        self.slot_view.release()
+        self.ent_view.release()
+        self.mf.close()
+
+    def destroy(self) -> None:
+        self.close(write_header=False)
+        self.mf.destroy()
+
 
 class IndexService:
-    def __init__(self, directory: Path, slots: int, max_entries: int, io_lock: threading.Lock) -> None:
+    def __init__(self, directory: Path, slots: int, max_entries: int) -> None:
         self.dir = directory
         self.slots = slots
         self.max_entries = max_entries
-        self.io_lock = io_lock
         self.files: list[IndexFile] = []
         self.file_size = IndexFile.size_for(slots, max_entries)
         self._dirty: set[int] = set()
@@ -115,7 +131,7 @@ class IndexService:
                 log.warning("index_file_size_mismatch_dropped", file=path.name)
                 path.unlink()
                 continue
-            mf = MappedFile.open_existing(path, seq, self.file_size, self.io_lock)
+            mf = MappedFile.open_existing(path, seq, self.file_size)
             self.files.append(IndexFile(mf, self.slots, self.max_entries))
         if self.files:
             self._cur = self.files[-1]
@@ -125,7 +141,7 @@ class IndexService:
         if self.files and self.files[-1].room() >= need:
             return self.files[-1]
         seq = self.files[-1].mf.base + 1 if self.files else 0
-        mf = MappedFile.create(self.dir, seq, self.file_size, self.io_lock)
+        mf = MappedFile.create(self.dir, seq, self.file_size)
         f = IndexFile(mf, self.slots, self.max_entries)
         self.files.append(f)
         self._dirty.add(-1)
@@ -141,19 +157,22 @@ class IndexService:
         seed = self._topic_seeds.get(topic)
         if seed is None:
             seed = self._topic_seeds[topic] = crc32(f"{topic}#".encode("utf-8", "replace"))
-        mm = f.mf.mm
+        slot_view = f.slot_view
+        ent = f.ent_view
         slots = f.slots
         n = f.count
-        epos = f.entries_pos
         for key in keys:
             try:
                 h = crc32(key.encode(), seed)
             except UnicodeEncodeError:
                 h = crc32(key.encode("utf-8", "replace"), seed)
-            slot_pos = HEADER_SIZE + (h % slots) * 4
-            prev = _unpack_slot(mm, slot_pos)[0]
-            _pack_entry(mm, epos + n * 24, h, phys, ts, prev if prev < n else 0)
-            _pack_slot(mm, slot_pos, n)
+            s = h % slots
+            prev = slot_view[s]
+            i = n * 3
+            ent[i] = h << 32 | (prev if prev < n else 0)
+            ent[i + 1] = phys
+            ent[i + 2] = ts
+            slot_view[s] = n
             n += 1
         if f.count == 1:
             f.begin_ts, f.begin_phy = ts, phys
@@ -186,7 +205,7 @@ class IndexService:
         """Delete index files (never the last) whose newest entry points below ``min_phys``."""
         n = 0
         while len(self.files) > 1 and self.files[0].end_phy < min_phys:
-            self.files.pop(0).mf.destroy()
+            self.files.pop(0).destroy()
             self._dirty.add(-1)
             n += 1
         return n
@@ -213,6 +232,4 @@ class IndexService:
 
     def close(self) -> None:
         for f in self.files:
-            if not f.mf.closed:
-                f.write_header()
-            f.mf.close()
+            f.close()

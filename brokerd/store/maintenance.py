@@ -28,14 +28,25 @@ _SIZE_MAGIC = struct.Struct(">ii")
 
 
 def disk_usage_ratio(path: os.PathLike[str] | str) -> float:
-    usage = shutil.disk_usage(path)
-    return (usage.total - usage.free) / usage.total if usage.total else 0.0
+    """Used fraction as RocketMQ (and ``df``) compute it: used / (used + available to us).
+
+    Blocks reserved for root count neither as used nor as available.
+    """
+    usage = shutil.disk_usage(path)  # used = total - f_bfree, free = f_bavail
+    entire = usage.used + usage.free
+    return usage.used / entire if entire else 0.0
+
+
+def disk_usage_ratio_of(path: os.PathLike[str] | str) -> float:
+    """Indirection so tests can simulate a full disk."""
+    return disk_usage_ratio(path)
 
 
 def _space_pressure(store: MessageStore) -> bool:
+    """Update the DISK_FULL flag from disk usage; True when space must be freed now (disk or quota)."""
     cfg = store.cfg
     try:
-        ratio = disk_usage_ratio(store.root)
+        ratio = disk_usage_ratio_of(store.root)
     except OSError:
         ratio = 0.0
     if ratio > cfg.disk_space_warning_level_ratio:
@@ -50,6 +61,11 @@ def _space_pressure(store: MessageStore) -> bool:
     if checker is not None and checker(store.logical_usage_bytes()):
         pressure = True
     return pressure
+
+
+def check_disk(store: MessageStore) -> None:
+    """Set or clear DISK_FULL now (also done by every clean pass)."""
+    _space_pressure(store)
 
 
 def clean_expired_files(store: MessageStore, *, force: bool, now_ms: int | None) -> int:

@@ -1,8 +1,9 @@
 """Fixed-size memory-mapped files (commit-log segments, consume-queue files, index files).
 
-Concurrency contract: writes and reads happen on the event loop thread only. ``fsync`` may run
-in a worker thread; it holds ``io_lock`` and checks ``closed`` so a file closed concurrently by the
-loop thread (which also takes ``io_lock`` to close) is never synced through a stale descriptor.
+Concurrency contract: writes and reads happen on the event loop thread only. ``fsync`` may run in a
+worker thread: under the file's own ``io_lock`` it checks ``closed`` and duplicates the descriptor,
+then syncs the duplicate, so closing or deleting the file meanwhile is harmless. The Warmer holds the
+lock while it populates pages, so the mapping cannot be closed under it.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ class MappedFile:
     __slots__ = ("path", "base", "size", "fd", "mm", "wrote", "closed", "last_store_ts", "io_lock", "warm_trigger",
                  "warmed")  # fmt: skip
 
-    def __init__(self, path: Path, base: int, size: int, fd: int, io_lock: threading.Lock) -> None:
+    def __init__(self, path: Path, base: int, size: int, fd: int) -> None:
         self.path = path
         self.base = base
         self.size = size
@@ -66,24 +67,24 @@ class MappedFile:
         self.wrote = 0
         self.closed = False
         self.last_store_ts = 0
-        self.io_lock = io_lock
+        self.io_lock = threading.Lock()
         self.warm_trigger = size  # appends past this kick the Warmer (set when it tracks the file)
         self.warmed = 0
 
     @classmethod
-    def create(cls, directory: Path, base: int, size: int, io_lock: threading.Lock) -> MappedFile:
+    def create(cls, directory: Path, base: int, size: int) -> MappedFile:
         path = directory / file_name(base)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             if os.fstat(fd).st_size < size:
                 preallocate(fd, size)
-            return cls(path, base, size, fd, io_lock)
+            return cls(path, base, size, fd)
         except BaseException:
             os.close(fd)
             raise
 
     @classmethod
-    def open_existing(cls, path: Path, base: int, size: int, io_lock: threading.Lock) -> MappedFile:
+    def open_existing(cls, path: Path, base: int, size: int) -> MappedFile:
         """Open a file; a short one (interrupted creation) is extended with zeros, a long one truncated."""
         fd = os.open(path, os.O_RDWR)
         try:
@@ -92,7 +93,7 @@ class MappedFile:
                 preallocate(fd, size)
             elif actual > size:
                 os.ftruncate(fd, size)
-            return cls(path, base, size, fd, io_lock)
+            return cls(path, base, size, fd)
         except BaseException:
             os.close(fd)
             raise
@@ -104,8 +105,13 @@ class MappedFile:
     def fsync(self) -> None:
         """Make the file's written pages durable; safe to call from a worker thread."""
         with self.io_lock:
-            if not self.closed:
-                os.fdatasync(self.fd)
+            if self.closed:
+                return
+            fd = os.dup(self.fd)
+        try:
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
 
     def zero_from(self, pos: int) -> None:
         """Zero bytes [pos, size) cheaply: shrink the file, then re-extend it (the filesystem zeroes)."""

@@ -25,6 +25,7 @@ from pathlib import Path
 import structlog
 
 from brokerd.message import (
+    END_FILE_MIN_BLANK_LENGTH,
     MAX_PROPERTIES_SIZE,
     SCHEDULE_TOPIC,
     TAGS,
@@ -35,6 +36,7 @@ from brokerd.message import (
     encode_properties,
     ipv4_bytes,
     message_keys,
+    record_size,
     tags_code_of,
 )
 from brokerd.store import maintenance, reader
@@ -69,14 +71,7 @@ class MessageStore:
         self.cfg = cfg
         self.store_host = store_host
         self.root = Path(cfg.store_path_root_dir)
-        self.commit_log = CommitLog(self.root / "commitlog", cfg.mapped_file_size_commit_log, store_host,
-                                    warm=cfg.warm_mapped_file_enable)  # fmt: skip
-        self.queue_store = ConsumeQueueStore(self.root / "consumequeue", cfg.mapped_file_size_consume_queue,
-                                             self.commit_log.io_lock)  # fmt: skip
-        self.index: IndexService | None = None
-        if cfg.message_index_enable:
-            self.index = IndexService(self.root / "index", cfg.max_hash_slot_num, cfg.max_index_num,
-                                      self.commit_log.io_lock)  # fmt: skip
+        self._init_components()
         self.checkpoint_path = self.root / "checkpoint"
         self.abort_path = self.root / "abort"
         self.running_flags = RunningFlags()
@@ -103,6 +98,15 @@ class MessageStore:
 
     # ================================================================ lifecycle
 
+    def _init_components(self) -> None:
+        cfg = self.cfg
+        self.commit_log = CommitLog(self.root / "commitlog", cfg.mapped_file_size_commit_log, self.store_host,
+                                    warm=cfg.warm_mapped_file_enable)  # fmt: skip
+        self.queue_store = ConsumeQueueStore(self.root / "consumequeue", cfg.mapped_file_size_consume_queue)
+        self.index: IndexService | None = None
+        if cfg.message_index_enable:
+            self.index = IndexService(self.root / "index", cfg.max_hash_slot_num, cfg.max_index_num)
+
     async def start(self) -> None:
         """Lock the store dir, recover (crash recovery when the abort file is present), start services."""
         if self._services is not None:
@@ -115,6 +119,7 @@ class MessageStore:
             self._release_lock()
             raise
         self.abort_path.touch()
+        maintenance.check_disk(self)
         self._services = StoreServices(self)
         self._services.start()
 
@@ -170,6 +175,7 @@ class MessageStore:
         if self.running_flags.writeable and self.last_error is None:
             self.abort_path.unlink(missing_ok=True)
         self._release_lock()
+        self._init_components()  # a later start() loads everything again
         self.log.info("store_shutdown", max_phy_offset=self.max_phy_offset, flushed=self._flushed)
 
     # ================================================================ put
@@ -240,14 +246,15 @@ class MessageStore:
         if self._services is None or self.running_flags.bits & WRITE_BLOCKERS:
             return PutMessageResult(PutStatus.SERVICE_NOT_AVAILABLE)
         props = encode_properties(msg.properties)
-        if len(msg.body) > self._max_body or len(props) > MAX_PROPERTIES_SIZE or msg.topic not in self._good_topics:
+        if (len(msg.body) > self._max_body or len(props) > MAX_PROPERTIES_SIZE or msg.topic not in self._good_topics
+                or msg.queue_id < 0):  # fmt: skip
             bad = self._validate(msg, props)
             if bad is not None:
                 return PutMessageResult(bad)
         return self._append(msg, props, msg.store_timestamp or time.time_ns() // 1_000_000)
 
     def _validate(self, msg: MessageInner, props: bytes) -> PutStatus | None:
-        if len(msg.body) > self.cfg.max_message_size:
+        if len(msg.body) > self.cfg.max_message_size or msg.queue_id < 0:
             return PutStatus.MESSAGE_ILLEGAL
         if len(props) > MAX_PROPERTIES_SIZE:
             return PutStatus.PROPERTIES_SIZE_EXCEEDED
@@ -256,6 +263,8 @@ class MessageStore:
             if not topic or topic in (".", "..") or "/" in topic or "\x00" in topic or len(topic.encode()) > 32767:
                 return PutStatus.MESSAGE_ILLEGAL
             self._good_topics.add(topic)
+        if record_size(topic, len(msg.body), len(props)) + END_FILE_MIN_BLANK_LENGTH > self.cfg.mapped_file_size_commit_log:
+            return PutStatus.MESSAGE_ILLEGAL  # can never fit a segment (checked here so a batch stores nothing)
         return None
 
     def _append(self, msg: MessageInner, props: bytes, ts: int) -> PutMessageResult:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import struct
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
@@ -64,10 +63,9 @@ def compute_tags_code(topic: str, props: dict[str, str], store_ts: int, delay_le
 class ConsumeQueueStore:
     """``consumequeue/<topic>/<queueId>/`` for every queue. Loop thread only."""
 
-    def __init__(self, root: Path, file_size: int, io_lock: threading.Lock) -> None:
+    def __init__(self, root: Path, file_size: int) -> None:
         self.root = root
         self.file_size = file_size
-        self.io_lock = io_lock
         self.queues: dict[tuple[str, int], ConsumeQueue] = {}
 
     def load(self) -> None:
@@ -76,7 +74,7 @@ class ConsumeQueueStore:
             for qdir in sorted(p for p in tdir.iterdir() if p.is_dir()):
                 if not qdir.name.lstrip("-").isdigit():
                     continue
-                cq = ConsumeQueue(self.root, tdir.name, int(qdir.name), self.file_size, self.io_lock)
+                cq = ConsumeQueue(self.root, tdir.name, int(qdir.name), self.file_size)
                 cq.load()
                 self.queues[(tdir.name, int(qdir.name))] = cq
 
@@ -86,7 +84,7 @@ class ConsumeQueueStore:
     def get_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:
         cq = self.queues.get((topic, queue_id))
         if cq is None:
-            cq = ConsumeQueue(self.root, topic, queue_id, self.file_size, self.io_lock)
+            cq = ConsumeQueue(self.root, topic, queue_id, self.file_size)
             self.queues[(topic, queue_id)] = cq
         return cq
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
@@ -38,16 +39,28 @@ class StoreServices:
         self._flush_lock = asyncio.Lock()
         self._timeout_s = self._cfg.sync_flush_timeout_ms / 1000
         self.flush_count = 0
+        self._last_checkpoint: Checkpoint | None = None
 
     # ------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
-        loops = [self._logics_loop(), self._clean_loop()]
+        loops = [self._logics_loop, self._clean_loop]
         if self._cfg.sync_flush:
-            loops += [self._group_commit_loop(), self._timeout_loop()]
+            loops += [self._group_commit_loop, self._timeout_loop]
         else:
-            loops.append(self._periodic_flush_loop())
-        self._tasks = [asyncio.create_task(c) for c in loops]
+            loops.append(self._periodic_flush_loop)
+        self._tasks = [asyncio.create_task(self._keep_running(loop)) for loop in loops]
+
+    async def _keep_running(self, loop: Callable[[], Awaitable[None]]) -> None:
+        """Run a service loop; an unexpected error is logged and the loop restarts (never dies silently)."""
+        while True:
+            try:
+                await loop()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - keep the service alive
+                log.exception("store_service_failed", service=getattr(loop, "__name__", "?"))
+                await asyncio.sleep(0.1)
 
     async def stop(self) -> None:
         for t in self._tasks:
@@ -130,6 +143,8 @@ class StoreServices:
         store = self._store
         checkpoint = Checkpoint(store.flushed_offset, store.dispatched_offset, store.last_store_timestamp, clean)
         jobs = store.queue_store.take_sync()
+        if not jobs and checkpoint == self._last_checkpoint:
+            return  # idle: nothing new to make durable
         index = store.index
         idx_dirty = index.take_dirty() if index is not None else None
 
@@ -145,12 +160,14 @@ class StoreServices:
         except OSError as exc:
             store.io_failed("flush_logics", exc, bit=WRITE_LOGICS_QUEUE_ERROR)
             return
+        self._last_checkpoint = checkpoint
         for cq, _dirs, _files, upto in jobs:
             cq.flushed_offset = min(max(cq.flushed_offset, upto), cq.max_offset)
 
     def save_checkpoint_now(self, checkpoint: Checkpoint) -> None:
         """Synchronously write a checkpoint, ordered after any logics flush in flight (loop thread blocks)."""
         self.logics_executor.submit(save_checkpoint, self._store.checkpoint_path, checkpoint).result()
+        self._last_checkpoint = checkpoint
 
     async def _logics_loop(self) -> None:
         interval = self._cfg.flush_interval_consume_queue_ms / 1000
@@ -164,7 +181,4 @@ class StoreServices:
         interval = self._cfg.clean_resource_interval_ms / 1000
         while True:
             await asyncio.sleep(interval)
-            try:
-                self._store.clean_expired_files()
-            except Exception:  # noqa: BLE001 - a failed clean must not stop the service
-                log.exception("clean_failed")
+            self._store.clean_expired_files()
