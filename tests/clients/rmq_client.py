@@ -141,7 +141,7 @@ class PullConsumer(rc.PullConsumer):
     overwrite each other's offsets; key by broker name too."""
 
     def _get_mq_key(self, mq):
-        return "%s@%s@%s" % (mq.topic, mq.brokerName, mq.queueId)
+        return f"{mq.topic}@{mq.brokerName}@{mq.queueId}"
 
 
 def pull():

@@ -11,8 +11,7 @@ import urllib.request
 import orjson
 import pytest
 
-from tests.support import (VENV_BIN, ClientRun, Cluster, broker_port, can_connect, rpc, wait_for,
-                           write_broker_conf)
+from tests.support import VENV_BIN, ClientRun, Cluster, broker_port, can_connect, rpc, wait_for, write_broker_conf
 
 pytestmark = pytest.mark.integration
 
@@ -174,3 +173,18 @@ def test_metrics_are_per_broker(three: Cluster) -> None:
     assert 'rocketmq_messages_in_total{broker="DefaultCluster:broker-b:0"} 0' in text
     out = mqadmin("brokerStatus", "-b", three.broker_addr(0))
     assert out.returncode == 0 and "msgPutTotalTodayNow" in out.stdout and ": 5" in out.stdout
+
+
+def test_invalid_config_stops_startup_naming_the_key(tmp_path: pathlib.Path) -> None:
+    conf = tmp_path / "c.conf"
+    conf.write_text("listenPort=70000\n")
+    r = subprocess.run([str(VENV_BIN / "mqbrokercontainer"), "-c", str(conf)], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 2 and "listenPort" in r.stderr
+    broker = write_broker_conf(tmp_path / "b.conf", name="broker-a", port=broker_port(), store=tmp_path / "s",
+                               fileReservedTime="-3")
+    conf.write_text(f"listenPort=0\nembeddedNamesrvPort=0\nmetricsPort=-1\nbrokerConfigPaths={broker}\n"
+                    f"containerStateFile={tmp_path / 'st.json'}\n")
+    r = subprocess.run([str(VENV_BIN / "mqbrokercontainer"), "-c", str(conf)], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 1 and "fileReservedTime" in r.stderr

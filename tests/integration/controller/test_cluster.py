@@ -110,6 +110,7 @@ async def test_leader_sigkill_under_load_loses_no_acknowledged_write(cluster: Co
         stop.set()
         await asyncio.gather(*writers)
         assert new != old
+        print(f"new leader after {t_leader * 1000:.0f} ms, first acknowledged write after {t_serve * 1000:.0f} ms")
         assert t_leader < 2 * ELECTION_TIMEOUT_S + 0.2, f"new leader after {t_leader:.3f}s"
         assert t_serve < 2 * ELECTION_TIMEOUT_S + 0.5, f"first write on the new leader after {t_serve:.3f}s"
         cluster.start(old)  # the old leader comes back as a follower and catches up
@@ -134,7 +135,7 @@ async def test_member_down_through_compaction_catches_up_by_snapshot(cluster: Co
         cluster.start(down)
         await wait_all_members_have(cluster, c, names)
         log = cluster.log_path(down).read_text(errors="replace")
-        assert "snapshot" in log.lower(), "the restarted member should have installed a snapshot"
+        assert "snapshot_installed" in log, "the restarted member should have caught up by installing a snapshot"
     finally:
         await c.close()
 
@@ -162,7 +163,7 @@ async def test_error_codes_on_the_wire(cluster: ControllerProcs) -> None:
         assert r.code == RC.SUCCESS and r.ext["masterEpoch"] == "1"
         stale = {"brokerName": "b", "masterBrokerId": "1", "masterEpoch": "0"}
         r = await c.call(leader, Q.CONTROLLER_ALTER_SYNC_STATE_SET, stale,
-                         orjson.dumps({"syncStateSet": [1], "syncStateSetEpoch": 1}))
+                         orjson.dumps({"syncStateSet": [1, 2], "syncStateSetEpoch": 1}))
         assert r.code == RC.CONTROLLER_FENCED_MASTER_EPOCH
         r = await c.call(follower, Q.CONTROLLER_APPLY_BROKER_ID, apply_ext("b", 2))
         assert r.code == RC.CONTROLLER_NOT_LEADER and r.ext["controllerLeaderAddress"] == leader

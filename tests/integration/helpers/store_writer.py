@@ -29,7 +29,8 @@ TOPICS = ("CrashA", "CrashB")
 def store_config(root: str, flush: str) -> StoreConfig:
     return StoreConfig(store_path_root_dir=root, flush_disk_type=flush, mapped_file_size_commit_log=64 * 1024,
                        mapped_file_size_consume_queue=20 * 64, max_hash_slot_num=4096, max_index_num=50_000,
-                       flush_interval_commit_log_ms=50, flush_interval_consume_queue_ms=100)  # fmt: skip
+                       flush_interval_commit_log_ms=50, flush_interval_consume_queue_ms=100,
+                       disk_space_warning_level_ratio=1.0, disk_space_clean_forcibly_ratio=1.0)  # fmt: skip
 
 
 def body_for(uniq: str, size: int) -> bytes:

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from controller.raft.api import NotLeaderError
 from tests.integration.raft.conftest import RaftCluster, wait_until
-from tests.sim.kv import encode_put
+from tests.sim.kv import KVStateMachine, encode_put
 
 pytestmark = pytest.mark.timeout(120)
+
+
+def has_value(kv: KVStateMachine, key: str, value: int) -> Callable[[], bool]:
+    return lambda: kv.get(key)[0] == value
 
 
 async def test_concurrent_proposals_survive_leader_failover_and_restart(
@@ -29,7 +34,7 @@ async def test_concurrent_proposals_survive_leader_failover_and_restart(
     await new.propose(encode_put("after", 1))
     for nid in c.nodes:
         kv = c.sms[nid]
-        await wait_until(lambda kv=kv: kv.get("after")[0] == 1, what=f"{nid} applies the post-failover write")
+        await wait_until(has_value(kv, "after", 1), what=f"{nid} applies the post-failover write")
         assert all(kv.get(f"k{i}")[0] == i for i in range(1000)), f"{nid} lost a committed entry"
     restarted = await c.start(old)  # recovers from its own WAL, then catches up
     await wait_until(lambda: c.sms[old].get("after")[0] == 1, what="restarted node catches up")
@@ -51,7 +56,7 @@ async def test_restart_of_the_whole_group_from_wal_and_snapshot(
     leader = await c.wait_leader()
     await leader.propose(encode_put("fresh", 1))
     for nid, kv in c.sms.items():
-        await wait_until(lambda kv=kv: kv.get("fresh")[0] == 1, what=f"{nid} applies after restart")
+        await wait_until(has_value(kv, "fresh", 1), what=f"{nid} applies after restart")
         assert all(kv.get(k) == v for k, v in expected.items()), f"{nid} state differs after restart"
     assert all(c.sms[n].restores >= 1 for n in c.sms), "every node restored its snapshot image on start"
 
@@ -113,3 +118,19 @@ async def test_leadership_callbacks_fire_on_change(cluster_factory: Callable[...
     await c.stop(old)
     new = await c.wait_leader(exclude=old)
     assert events[new.cfg.self_id][-1] is True
+
+
+async def test_follower_restarts_after_a_torn_wal_write(cluster_factory: Callable[..., RaftCluster]) -> None:
+    c = cluster_factory(3)
+    await c.start_all()
+    leader = await c.wait_leader()
+    await asyncio.gather(*(leader.propose(encode_put(f"k{i}", i)) for i in range(100)))
+    victim = next(nid for nid in c.nodes if nid != leader.cfg.self_id)
+    await c.stop(victim)
+    seg = sorted((Path(c.cfgs[victim].data_dir) / "wal").glob("wal-*.log"))[-1]
+    with open(seg, "ab") as f:  # a record header promising more bytes than were written
+        f.write(b"\x00\x00\x10\x00\x12\x34\x56\x78partial")
+    await c.start(victim)
+    await leader.propose(encode_put("after", 1))
+    await wait_until(has_value(c.sms[victim], "after", 1), what="restarted follower catches up")
+    assert c.sms[victim].data == c.sms[leader.cfg.self_id].data

@@ -9,8 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from brokerd.remoting import (Connection, Dispatcher, RemotingClient, RemotingCommand, RemotingServer, encode,
-                              request)
+from brokerd.remoting import Connection, Dispatcher, RemotingClient, RemotingCommand, RemotingServer, encode, request
 from brokerd.remoting.codec import FrameDecoder
 
 
