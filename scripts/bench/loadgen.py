@@ -52,7 +52,7 @@ class Conn(asyncio.Protocol):
 
 async def produce(addr: str, topic: str, conns: int, inflight: int, total: int, body_size: int,
                   queues: int) -> dict[str, object]:
-    host, port = addr.rsplit(":", 1)
+    addrs = addr.split(",")
     loop = asyncio.get_running_loop()
     body = b"x" * body_size
     sent_at: dict[int, float] = {}
@@ -92,6 +92,7 @@ async def produce(addr: str, topic: str, conns: int, inflight: int, total: int, 
         return Conn(on_response)
 
     for i in range(conns):
+        host, port = addrs[i % len(addrs)].rsplit(":", 1)
         _, p = await loop.create_connection(lambda i=i: make(i), host, int(port))
         protos.append(p)
     t0 = time.perf_counter()
