@@ -60,6 +60,9 @@ def store_config_of(cfg: BrokerConfig) -> StoreConfig:
         max_message_size=cfg.max_message_size, disk_space_warning_level_ratio=cfg.disk_space_warning_level_ratio,
         disk_space_clean_forcibly_ratio=cfg.disk_space_clean_forcibly_ratio,
         message_index_enable=cfg.message_index_enable, clean_resource_interval_ms=cfg.clean_resource_interval,
+        max_hash_slot_num=cfg.max_hash_slot_num, max_index_num=cfg.max_index_num,
+        flush_interval_consume_queue_ms=cfg.flush_interval_consume_queue, message_delay_level=cfg.message_delay_level,
+        warm_mapped_file_enable=cfg.warm_mapped_file_enable,
     )
 
 

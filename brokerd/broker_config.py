@@ -51,6 +51,11 @@ class BrokerConfig:
     disk_space_warning_level_ratio: float = 0.90
     disk_space_clean_forcibly_ratio: float = 0.85
     message_index_enable: bool = True
+    # smaller than RocketMQ's 5M/20M: index files are preallocated (~100 MiB each instead of ~500 MiB)
+    max_hash_slot_num: int = 1_000_000
+    max_index_num: int = 4_000_000
+    flush_interval_consume_queue: int = 1000
+    warm_mapped_file_enable: bool = True
     clean_resource_interval: int = 10_000  # ms between expiry/quota checks
     auto_create_topic_enable: bool = True
     auto_create_subscription_group: bool = True
@@ -99,7 +104,9 @@ class BrokerConfig:
                          ("registerNameServerPeriod", self.register_name_server_period),
                          ("maxMessageSize", self.max_message_size),
                          ("defaultTopicQueueNums", self.default_topic_queue_nums),
-                         ("cleanResourceInterval", self.clean_resource_interval)):
+                         ("cleanResourceInterval", self.clean_resource_interval),
+                         ("maxHashSlotNum", self.max_hash_slot_num), ("maxIndexNum", self.max_index_num),
+                         ("flushIntervalConsumeQueue", self.flush_interval_consume_queue)):
             if val <= 0:
                 raise ConfigError(f"{key}: must be > 0, got {val}")
         for key, r in (("diskSpaceWarningLevelRatio", self.disk_space_warning_level_ratio),

@@ -69,7 +69,9 @@ def can_connect(port: int) -> bool:
 def write_broker_conf(path: pathlib.Path, *, name: str, port: int, store: pathlib.Path, **extra: Any) -> pathlib.Path:
     props = {"brokerClusterName": "DefaultCluster", "brokerName": name, "brokerId": 0, "brokerRole": "ASYNC_MASTER",
              "brokerIP1": "127.0.0.1", "listenPort": port, "storePathRootDir": str(store),
-             "flushDiskType": "ASYNC_FLUSH", "registerNameServerPeriod": 2000}
+             "flushDiskType": "ASYNC_FLUSH", "registerNameServerPeriod": 2000,
+             # keep preallocated files small: tests start many brokers
+             "mappedFileSizeCommitLog": 32 * 1024 * 1024, "maxHashSlotNum": 50_000, "maxIndexNum": 200_000}
     props.update(extra)
     path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
     return path

@@ -158,7 +158,7 @@ class Warmer:
     writes. The loop thread only compares its write position with ``file.warm_trigger``.
     """
 
-    def __init__(self, ahead: int = 32 << 20, chunk: int = 1 << 20) -> None:
+    def __init__(self, ahead: int = 8 << 20, chunk: int = 1 << 20) -> None:
         self._ahead = ahead
         self._chunk = chunk
         self._file: MappedFile | None = None

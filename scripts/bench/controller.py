@@ -134,6 +134,7 @@ async def closed_loop(addrs: list[str], clients: int, duration: float, make: Mak
 # -- cluster helpers --------------------------------------------------------------------------------------------
 
 KEEP_LOGS = False
+BROKER_ADDR = "127.0.0.1:1"  # nothing listens: role-change pushes to the simulated brokers fail fast
 
 
 class Cluster:
@@ -167,23 +168,34 @@ class Cluster:
 
 def apply_id(name: str, bid: int = 1) -> RemotingCommand:
     return request(Q.CONTROLLER_APPLY_BROKER_ID, {"clusterName": "bench", "brokerName": name,
-                                                  "appliedBrokerId": str(bid), "registerCheckCode": f"10.1.1.1:{bid};1"})
+                                                  "appliedBrokerId": str(bid), "registerCheckCode": f"{BROKER_ADDR};{bid}"})
 
 
-async def create_sets(addr: str, names: list[str], brokers: int = 2, elect: bool = True) -> None:
+async def create_sets(cl: Cluster, names: list[str], brokers: int = 2, elect: bool = True) -> None:
     """Register `brokers` brokers per set and elect broker 1 (first election), 256 sets in parallel."""
     it = iter(names)
+    leader = await cl.leader_addr()
+
+    async def call(conn: FastConn, cmd: RemotingCommand, ok: tuple[int, ...] = (0,)) -> FastConn:
+        nonlocal leader
+        while True:
+            r = await conn.call(cmd)
+            if r.code in ok:
+                return conn
+            if r.code != 2007:
+                raise RuntimeError(f"setup request {cmd.code} failed: {r.code} {r.remark}")
+            conn.close()  # leader changed: follow it
+            leader = await cl.leader_addr()
+            conn = await connect(leader)
 
     async def worker() -> None:
-        conn = await connect(addr)
+        conn = await connect(leader)
         for name in it:
             for bid in range(1, brokers + 1):
-                r = await conn.call(apply_id(name, bid))
-                assert r.code == 0, (r.code, r.remark)
+                conn = await call(conn, apply_id(name, bid))
             if elect:
-                r = await conn.call(request(Q.CONTROLLER_ELECT_MASTER, {"clusterName": "bench", "brokerName": name,
-                                                                        "brokerId": "1"}))
-                assert r.code == 0, (r.code, r.remark)
+                cmd = request(Q.CONTROLLER_ELECT_MASTER, {"clusterName": "bench", "brokerName": name, "brokerId": "1"})
+                conn = await call(conn, cmd, ok=(0, 2011))  # 2011: a retried election that had already won
         conn.close()
 
     await asyncio.gather(*(worker() for _ in range(min(256, len(names)))))
@@ -216,7 +228,7 @@ async def bench_reads(duration: float, clients: int) -> dict[str, Any]:
     async with Cluster({}) as cl:
         addr = await cl.leader_addr()
         names = [f"r-{i}" for i in range(200)]
-        await create_sets(addr, names, brokers=1)
+        await create_sets(cl, names, brokers=1)
 
         def read(c: int, k: int) -> RemotingCommand:
             return request(Q.CONTROLLER_GET_REPLICA_INFO, {"brokerName": names[(c * 7 + k) % len(names)]})
@@ -237,7 +249,7 @@ async def bench_reads(duration: float, clients: int) -> dict[str, Any]:
 
 def heartbeat_frame(name: str, bid: int, oneway: bool) -> RemotingCommand:
     return request(Q.BROKER_HEARTBEAT, {
-        "clusterName": "bench", "brokerName": name, "brokerId": str(bid), "brokerAddr": f"10.1.1.1:{bid}",
+        "clusterName": "bench", "brokerName": name, "brokerId": str(bid), "brokerAddr": BROKER_ADDR,
         "epoch": "1", "maxOffset": "1000", "confirmOffset": "1000", "heartbeatTimeoutMills": "10000",
         "electionPriority": "0"}, oneway=oneway)
 
@@ -327,7 +339,7 @@ async def bench_heartbeat(steps: list[int], seconds: float) -> dict[str, Any]:
                 new = [f"hb-{i}" for i in range(len(names), target)]
                 load.set_names(names + new)  # heartbeats start before registration, as a broker does
                 t = time.perf_counter()
-                await create_sets(await cl.leader_addr(), new)
+                await create_sets(cl, new)
                 names += new
                 log(f"heartbeat: registered {len(names)} sets ({len(new) * 3} writes in {time.perf_counter() - t:.1f}s)")
                 await asyncio.sleep(4.0)  # settle: every broker has heartbeated several times
@@ -386,7 +398,7 @@ async def bench_election(trials: int) -> dict[str, Any]:
 async def broker_failover(extra: dict[str, str]) -> float:
     async with Cluster(extra) as cl:
         addr = await cl.leader_addr()
-        await create_sets(addr, ["fo"], brokers=2)
+        await create_sets(cl, ["fo"], brokers=2)
         conns = {a: await connect(a) for a in cl.procs.addrs}
         beating = {1: True, 2: True}
         done = False

@@ -174,3 +174,45 @@ async def test_error_codes_on_the_wire(cluster: ControllerProcs) -> None:
         assert r.code == RC.CONTROLLER_INVALID_REQUEST
     finally:
         await c.close()
+
+
+async def test_silent_master_fails_over_and_the_new_master_is_told(tmp_path: pathlib.Path) -> None:
+    from tests.unit.controller.harness import FakeBroker, wait_until
+
+    procs = ControllerProcs(tmp_path, extra={"brokerHeartbeatTimeoutMs": "1000"})
+    procs.start_all()
+    c = ControllerClient(procs.addrs, timeout=2.0)
+    brokers = [FakeBroker("c", "fo", i, procs.addrs[0], more_controllers=procs.addrs[1:]) for i in (1, 2)]
+    try:
+        await procs.leader(c)
+        for b in brokers:
+            await b.start()
+            b.start_beating(0.2, max_offset=b.broker_id)
+            r = await c.leader_call(Q.CONTROLLER_APPLY_BROKER_ID, {"clusterName": "c", "brokerName": "fo",
+                                                                   "appliedBrokerId": str(b.broker_id),
+                                                                   "registerCheckCode": f"{b.addr};1"})
+            assert r.code == RC.SUCCESS
+        r = await c.leader_call(Q.CONTROLLER_ELECT_MASTER, {"clusterName": "c", "brokerName": "fo", "brokerId": "1"})
+        assert r.code == RC.SUCCESS
+        await wait_until(lambda: bool(brokers[1].notifications), 5.0, "push of the first election")
+        body = orjson.dumps({"syncStateSet": [1, 2], "syncStateSetEpoch": 1})
+        r = await c.leader_call(Q.CONTROLLER_ALTER_SYNC_STATE_SET, {"brokerName": "fo", "masterBrokerId": "1",
+                                                                    "masterEpoch": "1"}, body)
+        assert r.code == RC.SUCCESS, r.remark
+        brokers[1].notifications.clear()
+        t0 = time.monotonic()
+        await brokers[0].stop_beating()  # the master hangs; its connections stay open
+        await wait_until(lambda: any(n.ext.get("masterBrokerId") == "2" for n in brokers[1].notifications), 10.0,
+                         "role-change push naming broker 2")
+        elapsed = time.monotonic() - t0
+        note = brokers[1].notifications[-1]
+        assert note.ext["masterEpoch"] == "2" and note.ext["masterAddress"] == brokers[1].addr
+        print(f"silent master replaced and pushed after {elapsed * 1000:.0f} ms (heartbeat timeout 1000 ms)")
+        assert elapsed < 1.0 + 0.2 + 1.0  # timeout + heartbeat period + wheel tick, Raft commit and push
+        r = await c.call(procs.addrs[2], Q.CONTROLLER_GET_REPLICA_INFO, {"brokerName": "fo"})
+        assert r.code == RC.SUCCESS and r.ext["masterBrokerId"] == "2"
+    finally:
+        for b in brokers:
+            await b.stop()
+        await c.close()
+        procs.stop_all()

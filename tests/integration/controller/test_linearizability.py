@@ -15,6 +15,7 @@ from collections.abc import Hashable
 from typing import Any
 
 import orjson
+import pytest
 
 from brokerd.remoting.client import RemotingClient
 from brokerd.remoting.codes import RequestCode as Q
@@ -131,6 +132,15 @@ async def _client(cid: int, procs: ControllerProcs, history: list[Operation], st
 
 
 async def test_linearizable_per_broker_set_across_leader_kill_and_restart(tmp_path: pathlib.Path) -> None:
+    await _run(tmp_path, rounds=2)
+
+
+@pytest.mark.slow
+async def test_linearizable_soak_many_leader_kills(tmp_path: pathlib.Path) -> None:
+    await _run(tmp_path, rounds=10)
+
+
+async def _run(tmp_path: pathlib.Path, rounds: int) -> None:
     procs = ControllerProcs(tmp_path, extra={"brokerHeartbeatTimeoutMs": "60000"})
     procs.start_all()
     stop_hb, stop = asyncio.Event(), asyncio.Event()
@@ -143,7 +153,7 @@ async def test_linearizable_per_broker_set_across_leader_kill_and_restart(tmp_pa
         history: list[Operation] = []
         t0 = time.monotonic()
         clients = [asyncio.ensure_future(_client(i, procs, history, stop, t0)) for i in range(8)]
-        for _ in range(2):  # two rounds: kill the leader under load, then restart it
+        for _ in range(rounds):  # each round: kill the leader under load, then restart it
             await asyncio.sleep(1.5)  # sleep-ok: let the clients run against this configuration
             victim = await procs.leader(c)
             procs.kill(victim)

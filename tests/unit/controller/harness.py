@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from brokerd.remoting.client import RemotingClient
 from brokerd.remoting.codes import RequestCode
 from brokerd.remoting.command import RemotingCommand, request
-from brokerd.remoting.connection import Connection, Dispatcher
+from brokerd.remoting.connection import Connection, ConnectionClosed, Dispatcher
 from brokerd.remoting.server import RemotingServer
 from controller.config import ControllerConfig, config_from_properties
 from controller.server import ControllerServer
@@ -76,6 +76,7 @@ class FakeBroker:
     server: RemotingServer | None = None
     client: RemotingClient = field(default_factory=RemotingClient)
     beating: asyncio.Task[None] | None = None
+    more_controllers: list[str] = field(default_factory=list)  # heartbeats go to every controller
 
     async def start(self) -> None:
         disp = Dispatcher("broker")
@@ -99,7 +100,12 @@ class FakeBroker:
             "heartbeatTimeoutMills": "10000"}, oneway=True)
 
     async def heartbeat_once(self, epoch: int = 0, max_offset: int = 0) -> None:
-        await self.client.invoke_oneway(self.controller_addr, self.heartbeat_cmd(epoch, max_offset))
+        for addr in [self.controller_addr, *self.more_controllers]:
+            try:
+                await self.client.invoke_oneway(addr, self.heartbeat_cmd(epoch, max_offset))
+            except (ConnectionClosed, OSError):
+                if addr == self.controller_addr and not self.more_controllers:
+                    raise
 
     def start_beating(self, interval: float, max_offset: int = 0) -> None:
         async def loop() -> None:
