@@ -31,6 +31,7 @@ log = structlog.get_logger(component="controller")
 
 LEGACY_HEARTBEAT_TIMEOUT_MS = 10000  # RocketMQ DEFAULT_BROKER_CHANNEL_EXPIRED_TIME
 STALL_WARN_S = 0.1
+PUSH_FAIL_LOG_EVERY_S = 60.0
 
 
 def monotonic_ms() -> float:
@@ -56,6 +57,8 @@ class ControllerServer:
         self._tasks: list[asyncio.Task[None]] = []
         self._pushes: set[asyncio.Task[None]] = set()
         self.pushes_sent = 0
+        self.pushes_failed = 0
+        self._push_fail_logged: dict[str, float] = {}
 
     # -- configuration -----------------------------------------------------------------------------------
 
@@ -174,7 +177,12 @@ class ControllerServer:
             await self.client.invoke_oneway(addr, cmd)
             self.pushes_sent += 1
         except Exception as e:  # noqa: BLE001 - the broker also polls GET_REPLICA_INFO
-            log.info("role_change_push_failed", broker_name=broker_name, broker_id=broker_id, addr=addr, error=str(e))
+            self.pushes_failed += 1
+            now = time.monotonic()
+            if now - self._push_fail_logged.get(addr, -PUSH_FAIL_LOG_EVERY_S) >= PUSH_FAIL_LOG_EVERY_S:
+                self._push_fail_logged[addr] = now  # at most one line per address per interval
+                log.info("role_change_push_failed", broker_name=broker_name, broker_id=broker_id, addr=addr,
+                         error=str(e), failed_total=self.pushes_failed)
 
     # -- lifecycle ------------------------------------------------------------------------------------------
 

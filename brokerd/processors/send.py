@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -213,39 +215,47 @@ class SendProcessor:
                                      tags_code=self.tags_code(props.get(m.TAGS))))
         return self._store(cmd, h, msgs, queue_id)
 
+    def _answer(self, cmd: RemotingCommand, res: PutMessageResult, queue_id: int, uniq: str) -> RemotingCommand:
+        code = PUT_STATUS_CODES.get(res.status, ResponseCode.SYSTEM_ERROR)
+        stats = self.broker.stats
+        if code == ResponseCode.SUCCESS or code == ResponseCode.FLUSH_DISK_TIMEOUT:
+            stats.msgs_in += res.msg_num
+            stats.bytes_in += res.wrote_bytes
+            cfg = self.broker.cfg
+            return cmd.response(code, None if code == 0 else res.status.name, {
+                "msgId": res.msg_id, "queueId": str(queue_id), "queueOffset": str(res.queue_offset),
+                "transactionId": uniq, "MSG_REGION": cfg.region_id, "TRACE_ON": "true" if cfg.trace_on else "false"})
+        stats.errors += 1
+        return cmd.response(code, f"put message failed: {res.status.name}")
+
     def _store(self, cmd: RemotingCommand, h: SendHeader, msgs: list[MessageInner], queue_id: int) -> object:
         store = self.broker.store
-        stats = self.broker.stats
-        if not self.broker.disk_ok():
-            stats.errors += 1
+        if not store.is_writeable():
+            self.broker.stats.errors += 1
             return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE,
                                 "service not available now: the disk is full or over its quota")
-        uniq = ",".join(x.properties.get(m.UNIQ_KEY, "") for x in msgs)
-
-        def answer(res: PutMessageResult) -> RemotingCommand:
-            code = PUT_STATUS_CODES.get(res.status, ResponseCode.SYSTEM_ERROR)
-            if code in (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT):
-                stats.msgs_in += res.msg_num
-                stats.bytes_in += res.wrote_bytes
-                return cmd.response(code, None if code == 0 else res.status.name, {
-                    "msgId": res.msg_id, "queueId": str(queue_id), "queueOffset": str(res.queue_offset),
-                    "transactionId": uniq, "MSG_REGION": self.broker.cfg.region_id,
-                    "TRACE_ON": "true" if self.broker.cfg.trace_on else "false"})
-            stats.errors += 1
-            return cmd.response(code, f"put message failed: {res.status.name}")
-
         if len(msgs) == 1:
-            fast = store.put_message_nowait(msgs[0]) if store.can_put_nowait else None
-            if fast is not None:
-                return answer(fast)
+            msg = msgs[0]
+            uniq = msg.properties.get(m.UNIQ_KEY, "")
+            res, flushed = store.put_message_deferred(msg)
+            if flushed is None:
+                return self._answer(cmd, res, queue_id, uniq)
+            # SYNC_FLUSH: answer from the flush callback (group commit), no task per message
+            out: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
 
-            async def put_one() -> RemotingCommand:
-                return answer(await store.put_message(msgs[0]))
-            return put_one()
+            def done(f: asyncio.Future[bool]) -> None:
+                if not out.done():
+                    if f.cancelled() or not f.result():
+                        res.status = PutStatus.FLUSH_DISK_TIMEOUT
+                    out.set_result(self._answer(cmd, res, queue_id, uniq))
+            flushed.add_done_callback(done)
+            return out
+        uniq = ",".join(x.properties.get(m.UNIQ_KEY, "") for x in msgs)
+        return self._put_async(cmd, store.put_messages(msgs), queue_id, uniq)
 
-        async def put_many() -> RemotingCommand:
-            return answer(await store.put_messages(msgs))
-        return put_many()
+    async def _put_async(self, cmd: RemotingCommand, put: Awaitable[PutMessageResult], queue_id: int,
+                         uniq: str) -> RemotingCommand:
+        return self._answer(cmd, await put, queue_id, uniq)
 
 
 def now_ms() -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import Awaitable, Callable
-from typing import Protocol, cast
+from typing import Any, Protocol, cast
 
 import structlog
 
@@ -81,7 +81,7 @@ class Connection(asyncio.Protocol):
         self.closed = asyncio.get_running_loop().create_future()
         self.remote_addr: tuple[str, int] = ("0.0.0.0", 0)
         self.local_addr: tuple[str, int] = ("0.0.0.0", 0)
-        self.inflight: set[asyncio.Task[None]] = set()
+        self.inflight: set[asyncio.Future[Any]] = set()
         self.attrs: dict[str, object] = {}  # per-connection state for processors (e.g. client id)
         self._paused = False
         self._drain_waiters: list[asyncio.Future[None]] = []
@@ -133,6 +133,9 @@ class Connection(asyncio.Protocol):
         if type(res) is RemotingCommand:
             if not cmd.flag & FLAG_ONEWAY:
                 self._append(out, res)
+        elif isinstance(res, asyncio.Future):  # completed by a callback: no task needed
+            self.inflight.add(res)
+            res.add_done_callback(lambda f: self._future_done(cmd, f))
         elif res is not None:
             task = asyncio.ensure_future(self._finish(cmd, res))  # type: ignore[arg-type]
             self.inflight.add(task)
@@ -144,6 +147,15 @@ class Connection(asyncio.Protocol):
         out.append(head)
         if body:
             out.append(body)
+
+    def _future_done(self, cmd: RemotingCommand, fut: asyncio.Future[RemotingCommand | None]) -> None:
+        self.inflight.discard(fut)
+        if fut.cancelled():
+            return
+        exc = fut.exception()
+        resp = _error_response(cmd, exc) if exc is not None else fut.result()
+        if resp is not None and not cmd.is_oneway:
+            self.write(resp)
 
     async def _finish(self, cmd: RemotingCommand, aw: Awaitable[RemotingCommand | None]) -> None:
         try:

@@ -191,6 +191,21 @@ class MessageStore:
         """True when ``put_message_nowait`` can complete puts (ASYNC_FLUSH: no flush wait ever)."""
         return not self._sync_flush
 
+    def put_message_deferred(self, msg: MessageInner) -> tuple[PutMessageResult, asyncio.Future[bool] | None]:
+        """Append now; with SYNC_FLUSH also return the flush future (True once durable, False on timeout) the
+        caller must wait on before acknowledging. Lets the broker answer from a callback, without a task."""
+        res = self._put_one(msg)
+        if not self._sync_flush or res.status is not PutStatus.PUT_OK:
+            return res, None
+        services = self._services
+        end = res.wrote_offset + res.wrote_bytes
+        if services is None or end <= self._flushed:
+            return res, None
+        if msg.properties.get(WAIT) == "false":
+            services.wakeup()
+            return res, None
+        return res, services.wait_flushed(end)
+
     def put_message_nowait(self, msg: MessageInner) -> PutMessageResult | None:
         """Synchronous put when no flush wait is needed; None (nothing stored) when ``put_message`` must be awaited."""
         if self._sync_flush:

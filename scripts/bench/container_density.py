@@ -21,8 +21,7 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.support import (VENV_BIN, Daemon, broker_port, can_connect, free_port, rpc, wait_for,  # noqa: E402
-                           write_broker_conf)
+from tests.support import VENV_BIN, Daemon, broker_port, can_connect, free_port, rpc, wait_for, write_broker_conf  # noqa: E402
 
 PY = sys.executable
 

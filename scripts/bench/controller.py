@@ -182,6 +182,8 @@ async def create_sets(cl: Cluster, names: list[str], brokers: int = 2, elect: bo
             r = await conn.call(cmd)
             if r.code in ok:
                 return conn
+            if r.code == 1:  # timed out, outcome unknown: the setup requests are safe to repeat
+                continue
             if r.code != 2007:
                 raise RuntimeError(f"setup request {cmd.code} failed: {r.code} {r.remark}")
             conn.close()  # leader changed: follow it

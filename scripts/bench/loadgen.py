@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import struct
 import sys
 import time
@@ -55,6 +56,7 @@ async def produce(addr: str, topic: str, conns: int, inflight: int, total: int, 
     addrs = addr.split(",")
     loop = asyncio.get_running_loop()
     body = b"x" * body_size
+    uniq_prefix = f"7F000001{os.getpid() & 0xFFFF:04X}{int(time.time()) & 0xFFFFFFFF:08X}"  # like a client's UNIQ_KEY
     sent_at: dict[int, float] = {}
     lat: list[float] = []
     errors = 0
@@ -70,7 +72,7 @@ async def produce(addr: str, topic: str, conns: int, inflight: int, total: int, 
         issued += 1
         op = issued
         ext = {"a": "bench_pg", "b": topic, "c": "TBW102", "d": str(queues), "e": str(op % queues), "f": "0",
-               "g": str(int(time.time() * 1000)), "h": "0", "i": "TAGS\x01bench\x02WAIT\x01true\x02", "j": "0",
+               "g": str(int(time.time() * 1000)), "h": "0", "i": f"TAGS\x01bench\x02WAIT\x01true\x02UNIQ_KEY\x01{uniq_prefix}{op:08X}\x02", "j": "0",
                "k": "false", "m": "false"}
         sent_at[op] = time.perf_counter()
         assert p.transport is not None
