@@ -442,6 +442,14 @@ async def bench_failover() -> dict[str, Any]:
             "note": "from the master's last heartbeat to the new master visible in GET_REPLICA_INFO"}
 
 
+def cpu_pressure() -> str:
+    """Linux PSI for CPU (share of time some task waited for a CPU): other load on the machine shows up here."""
+    try:
+        return open("/proc/pressure/cpu").readline().strip()
+    except OSError:
+        return "n/a"
+
+
 def machine() -> dict[str, Any]:
     model = ""
     try:
@@ -451,7 +459,8 @@ def machine() -> dict[str, Any]:
                 break
     except OSError:
         pass
-    return {"cpus": os.cpu_count(), "cpu_model": model, "load_avg_at_start": [round(x, 2) for x in os.getloadavg()], "python": platform.python_version(),
+    return {"cpus": os.cpu_count(), "cpu_model": model, "load_avg_at_start": [round(x, 2) for x in os.getloadavg()],
+            "cpu_pressure_at_start": cpu_pressure(), "python": platform.python_version(),
             "platform": platform.platform(), "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")}
 
 
@@ -468,17 +477,25 @@ async def main() -> None:
     dur = args.duration or (2.0 if args.quick else 8.0)
     sections = set(args.sections.split(","))
     result: dict[str, Any] = {"machine": machine(), "fsync": True}
-    if "writes" in sections:
-        result["writes"] = await bench_writes(dur, [1, 16, 256])
-    if "reads" in sections:
-        result["reads"] = await bench_reads(dur, 64)
-    if "heartbeat" in sections:
-        steps = [int(x) for x in args.hb_steps.split(",")]
-        result["heartbeat"] = await bench_heartbeat(steps[:2] if args.quick else steps, 5.0 if args.quick else 15.0)
-    if "election" in sections:
-        result["election"] = await bench_election(2 if args.quick else 7)
-    if "failover" in sections:
-        result["broker_failover"] = await bench_failover()
+    steps = [int(x) for x in args.hb_steps.split(",")]
+    plan: list[tuple[str, str, Callable[[], Any]]] = [
+        ("writes", "writes", lambda: bench_writes(dur, [1, 16, 256])),
+        ("reads", "reads", lambda: bench_reads(dur, 64)),
+        ("heartbeat", "heartbeat",
+         lambda: bench_heartbeat(steps[:2] if args.quick else steps, 5.0 if args.quick else 15.0)),
+        ("election", "election", lambda: bench_election(2 if args.quick else 7)),
+        ("failover", "broker_failover", bench_failover),
+    ]
+    for section, key, run in plan:
+        if section not in sections:
+            continue
+        try:
+            result[key] = await run()
+        except Exception as e:  # noqa: BLE001 - report the failure, keep the other sections
+            log(f"section {section} failed: {e!r}")
+            result[key] = {"error": repr(e)}
+    result["machine"]["load_avg_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    result["machine"]["cpu_pressure_at_end"] = cpu_pressure()
     print(json.dumps(result, indent=2))
 
 
