@@ -149,8 +149,52 @@ class MappedFile:
             pass
 
 
+class _WarmThread:
+    """The one daemon thread (per process) that pre-faults pages for every commit log's Warmer.
+
+    One thread for all brokers of a container: a thread per broker would make 16 brokers fight the loop thread
+    for the GIL (measured: 23k vs 34k msg/s at 16 brokers)."""
+
+    _instance: _WarmThread | None = None
+    _guard = threading.Lock()
+
+    def __init__(self) -> None:
+        self.lanes: set[Warmer] = set()
+        self.lock = threading.Lock()
+        self.event = threading.Event()
+        self.advice = MADV_POPULATE_WRITE
+        self.disabled = False
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            self.madvise = libc.madvise
+            self.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        except (OSError, AttributeError):
+            self.disabled = True
+        if not self.disabled:
+            threading.Thread(target=self._run, name="store-warmer", daemon=True).start()
+
+    @classmethod
+    def get(cls) -> _WarmThread:
+        with cls._guard:
+            if cls._instance is None:
+                cls._instance = _WarmThread()
+            return cls._instance
+
+    def _run(self) -> None:
+        while True:
+            self.event.wait()
+            self.event.clear()
+            busy = True
+            while busy and not self.disabled:
+                with self.lock:
+                    lanes = list(self.lanes)
+                busy = False
+                for lane in lanes:  # round robin, a few chunks per lane per round
+                    busy = lane.work(rounds=4) or busy
+
+
 class Warmer:
-    """Daemon thread that pre-faults pages of the active commit-log segment ahead of the write position.
+    """Pre-faults pages of one commit log's active segment ahead of its write position (on the shared thread).
 
     First-touch page faults cost more than encoding a record (about 10 us per 4 KiB page on the VMs we
     measured). ``madvise(MADV_POPULATE_WRITE)`` called through ctypes releases the GIL, so the faults are
@@ -163,18 +207,9 @@ class Warmer:
         self._chunk = chunk
         self._file: MappedFile | None = None
         self._target = 0
-        self._event = threading.Event()
-        self._stop = False
-        self._advice = MADV_POPULATE_WRITE
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            self._madvise = libc.madvise
-            self._madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-        except (OSError, AttributeError):
-            self._stop = True
-        self._thread = threading.Thread(target=self._run, name="store-warmer", daemon=True)
-        if not self._stop:
-            self._thread.start()
+        self._shared = _WarmThread.get()
+        with self._shared.lock:
+            self._shared.lanes.add(self)
 
     def track(self, f: MappedFile, pos: int) -> None:
         """Loop thread: ``f`` is the active segment and the next write is at ``pos``."""
@@ -186,43 +221,44 @@ class Warmer:
         if f is not None:
             f.warm_trigger = f.size  # until the warmer has advanced
         self._target = pos + self._ahead
-        self._event.set()
+        self._shared.event.set()
 
     def stop(self) -> None:
-        self._stop = True
-        self._event.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=5)
+        with self._shared.lock:
+            self._shared.lanes.discard(self)
+        self._file = None
 
-    def _run(self) -> None:
-        while not self._stop:
-            self._event.wait()
-            self._event.clear()
-            f = self._file
-            if f is None:
-                continue
-            while not self._stop and f is self._file and f.warmed < min(self._target, f.size):
-                if not self._populate(f):
-                    break
-            if f is self._file:
-                f.warm_trigger = max(0, f.warmed - self._ahead // 2)
+    def work(self, rounds: int) -> bool:
+        """Warm up to ``rounds`` chunks; True when more work remains."""
+        f = self._file
+        if f is None:
+            return False
+        for _ in range(rounds):
+            if f is not self._file or f.warmed >= min(self._target, f.size):
+                if f is self._file:
+                    f.warm_trigger = max(0, f.warmed - self._ahead // 2)
+                return False
+            if not self._populate(f):
+                return False
+        return True
 
     def _populate(self, f: MappedFile) -> bool:
+        shared = self._shared
         with f.io_lock:
-            if f.closed:
+            if f.closed or shared.disabled:
                 return False
             start = f.warmed
             length = min(self._chunk, f.size - start)
             buf = ctypes.c_char.from_buffer(f.mm)
             addr = ctypes.addressof(buf)
             del buf  # release the buffer export so the mapping can be closed later
-            rc = self._madvise(addr + start, length, self._advice)
-            if rc != 0 and self._advice == MADV_POPULATE_WRITE:
-                self._advice = MADV_WILLNEED  # older kernel: read-ahead at least allocates the pages
-                rc = self._madvise(addr + start, length, self._advice)
+            rc = shared.madvise(addr + start, length, shared.advice)
+            if rc != 0 and shared.advice == MADV_POPULATE_WRITE:
+                shared.advice = MADV_WILLNEED  # older kernel: read-ahead at least allocates the pages
+                rc = shared.madvise(addr + start, length, shared.advice)
             if rc != 0:
                 _log.warning("warmer_disabled", errno=ctypes.get_errno())
-                self._stop = True
+                shared.disabled = True
                 return False
             f.warmed = start + length
             return True

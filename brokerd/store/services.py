@@ -1,9 +1,11 @@
 """Background services of a started store: commit-log flush (periodic, or group commit for SYNC_FLUSH),
 sync-flush timeouts, logics flush + checkpoint, and the periodic clean.
 
-Concurrency contract: everything here runs on the store's event loop; fsyncs run in two dedicated
-single-thread executors (one for the commit log, one for consume queues / index / checkpoint), so
-flushes of one kind never overlap.
+Concurrency contract: everything here runs on the store's event loop; fsyncs run in two executors shared by
+every store of the process (one for commit logs, one single thread for consume queues / index / checkpoint),
+so logics flushes never overlap and a container of many brokers does not grow two threads per broker (threads
+contending for the GIL cost the event loop thread throughput). A store's commit-log flushes are serialised by
+its own lock.
 """
 
 from __future__ import annotations
@@ -27,6 +29,16 @@ if TYPE_CHECKING:
 log = structlog.get_logger(component="store.services")
 
 
+_shared: dict[str, ThreadPoolExecutor] = {}
+
+
+def shared_executor(kind: str) -> ThreadPoolExecutor:
+    ex = _shared.get(kind)
+    if ex is None:
+        ex = _shared[kind] = ThreadPoolExecutor(2 if kind == "flush" else 1, thread_name_prefix=f"store-{kind}")
+    return ex
+
+
 class StoreServices:
     def __init__(self, store: MessageStore) -> None:
         self._store = store
@@ -34,8 +46,8 @@ class StoreServices:
         self._waiters: deque[tuple[int, asyncio.Future[bool], float]] = deque()
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
-        self.log_executor = ThreadPoolExecutor(1, thread_name_prefix="store-flush")
-        self.logics_executor = ThreadPoolExecutor(1, thread_name_prefix="store-logics")
+        self.log_executor = shared_executor("flush")
+        self.logics_executor = shared_executor("logics")
         self._flush_lock = asyncio.Lock()
         self._timeout_s = self._cfg.sync_flush_timeout_ms / 1000
         self.flush_count = 0
@@ -74,8 +86,6 @@ class StoreServices:
             if not fut.done():
                 fut.set_result(False)
         await self.flush_logics(clean=self._store.running_flags.writeable)
-        self.log_executor.shutdown(wait=True)
-        self.logics_executor.shutdown(wait=True)
 
     # ------------------------------------------------------------ commit log flush
 

@@ -134,7 +134,20 @@ async def closed_loop(addrs: list[str], clients: int, duration: float, make: Mak
 # -- cluster helpers --------------------------------------------------------------------------------------------
 
 KEEP_LOGS = False
-BROKER_ADDR = "127.0.0.1:1"  # nothing listens: role-change pushes to the simulated brokers fail fast
+BROKER_ADDR = "127.0.0.1:1"  # replaced by the address of a sink that swallows role-change pushes (start_sink)
+
+
+class _Sink(asyncio.Protocol):
+    def data_received(self, data: bytes) -> None:
+        pass
+
+
+async def start_sink() -> asyncio.AbstractServer:
+    """The simulated brokers' listen address: accepts NOTIFY_BROKER_ROLE_CHANGED pushes and drops them."""
+    global BROKER_ADDR
+    server = await asyncio.get_running_loop().create_server(_Sink, "127.0.0.1", 0)
+    BROKER_ADDR = f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    return server
 
 
 class Cluster:
@@ -476,6 +489,7 @@ async def main() -> None:
     KEEP_LOGS = args.keep_logs
     dur = args.duration or (2.0 if args.quick else 8.0)
     sections = set(args.sections.split(","))
+    sink = await start_sink()
     result: dict[str, Any] = {"machine": machine(), "fsync": True}
     steps = [int(x) for x in args.hb_steps.split(",")]
     plan: list[tuple[str, str, Callable[[], Any]]] = [
@@ -496,6 +510,7 @@ async def main() -> None:
             result[key] = {"error": repr(e)}
     result["machine"]["load_avg_at_end"] = [round(x, 2) for x in os.getloadavg()]
     result["machine"]["cpu_pressure_at_end"] = cpu_pressure()
+    sink.close()
     print(json.dumps(result, indent=2))
 
 

@@ -55,8 +55,9 @@ async def crash(store: MessageStore) -> None:
     for t in services._tasks:
         t.cancel()
     await asyncio.gather(*services._tasks, return_exceptions=True)
-    services.log_executor.shutdown(wait=True)
-    services.logics_executor.shutdown(wait=True)
+    for ex in (services.log_executor, services.logics_executor):  # shared by all stores: wait, don't shut down
+        for fut in [ex.submit(lambda: None) for _ in range(ex._max_workers)]:
+            fut.result()
     store._services = None
     store.commit_log.close()
     store.queue_store.close()
