@@ -195,3 +195,52 @@ def test_oversized_frame_closes_only_that_connection(cluster: Cluster, tmp_path:
         w.close()
     asyncio.run(go())
     assert rpc(cluster.broker_addr(), 30, {"topic": "TBW102", "queueId": "0"}).code == 0
+
+
+async def test_membership_change_notifies_and_queue_locks_are_exclusive(cluster: Cluster) -> None:
+    from brokerd.remoting import Dispatcher
+
+    addr = cluster.broker_addr()
+    notified: list[str] = []
+    got_notice = asyncio.Event()
+
+    def on_notify(conn: object, cmd: RemotingCommand) -> None:
+        notified.append(cmd.ext.get("consumerGroup", ""))
+        got_notice.set()
+
+    d = Dispatcher("client-a")
+    d.register(40, on_notify)  # type: ignore[arg-type]
+    a, b = RemotingClient(dispatcher=d), RemotingClient()
+
+    def hb(cid: str) -> RemotingCommand:
+        body = {"clientID": cid, "producerDataSet": [], "consumerDataSet": [
+            {"groupName": "g_lock", "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
+             "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+             "subscriptionDataSet": [{"topic": "TBW102", "subString": "*", "subVersion": 1}]}]}
+        return request(34, {}, orjson.dumps(body))
+
+    try:
+        assert (await a.invoke(addr, hb("10.0.0.1@a"))).code == 0
+        got_notice.clear()
+        assert (await b.invoke(addr, hb("10.0.0.2@b"))).code == 0
+        await asyncio.wait_for(got_notice.wait(), 5)  # a learns that b joined
+        assert notified[-1] == "g_lock"
+        ids = orjson.loads((await a.invoke(addr, request(38, {"consumerGroup": "g_lock"}))).body)["consumerIdList"]
+        assert ids == ["10.0.0.1@a", "10.0.0.2@b"]
+        mq = {"topic": "TBW102", "brokerName": "broker-a", "queueId": 0}
+
+        def lock(cid: str, code: int = 41) -> RemotingCommand:
+            return request(code, {}, orjson.dumps({"consumerGroup": "g_lock", "clientId": cid, "mqSet": [mq]}))
+
+        assert orjson.loads((await a.invoke(addr, lock("10.0.0.1@a"))).body)["lockOKMQSet"] == [mq]
+        assert orjson.loads((await b.invoke(addr, lock("10.0.0.2@b"))).body)["lockOKMQSet"] == []
+        assert (await a.invoke(addr, lock("10.0.0.1@a", 42))).code == 0
+        assert orjson.loads((await b.invoke(addr, lock("10.0.0.2@b"))).body)["lockOKMQSet"] == [mq]
+        got_notice.clear()
+        await b.close()  # b's connection closes: a is told again
+        await asyncio.wait_for(got_notice.wait(), 5)
+        ids = orjson.loads((await a.invoke(addr, request(38, {"consumerGroup": "g_lock"}))).body)["consumerIdList"]
+        assert ids == ["10.0.0.1@a"]
+    finally:
+        await a.close()
+        await b.close()
