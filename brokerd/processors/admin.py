@@ -3,7 +3,7 @@ subscription groups (200, 201, 207), TRIGGER_DELETE_FILES (27)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import orjson
 
@@ -11,7 +11,7 @@ from brokerd.config_file import ConfigError, parse_properties, to_properties
 from brokerd.metadata.subscription import SubscriptionGroupConfig
 from brokerd.metadata.topic import TopicConfig, validate_topic
 from brokerd.remoting.codes import ResponseCode
-from brokerd.remoting.command import HeaderError, RemotingCommand
+from brokerd.remoting.command import RemotingCommand
 from brokerd.remoting.connection import Connection
 
 if TYPE_CHECKING:
@@ -20,16 +20,6 @@ if TYPE_CHECKING:
 SYSTEM_TOPICS_NOT_UPDATABLE = frozenset({"SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC", "TBW102"})
 CONFIG_BLACKLIST = frozenset({"configBlackList", "brokerConfigPaths", "storePathRootDir", "brokerName",
                               "brokerClusterName", "brokerId", "listenPort"})
-
-
-def _body_json(cmd: RemotingCommand) -> dict[str, Any]:
-    try:
-        d = orjson.loads(cmd.body or b"")
-    except orjson.JSONDecodeError as e:
-        raise HeaderError(f"request body is not JSON: {e}", ResponseCode.SYSTEM_ERROR) from None
-    if not isinstance(d, dict):
-        raise HeaderError("request body must be a JSON object", ResponseCode.SYSTEM_ERROR)
-    return d
 
 
 class AdminProcessor:
@@ -121,7 +111,7 @@ class AdminProcessor:
         return cmd.response(body=orjson.dumps({"table": table}))
 
     def update_group(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        d = _body_json(cmd)
+        d = cmd.json_body()
         if not d.get("groupName"):
             return cmd.response(ResponseCode.INVALID_PARAMETER, "groupName is required")
         self.broker.meta.subscriptions.update(SubscriptionGroupConfig.from_json(d))

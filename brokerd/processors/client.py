@@ -8,23 +8,13 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from brokerd.remoting.codes import ResponseCode
-from brokerd.remoting.command import HeaderError, RemotingCommand, request
+from brokerd.remoting.command import RemotingCommand, request
 from brokerd.remoting.connection import Connection
 
 if TYPE_CHECKING:
     from brokerd.broker import Broker
 
 RETRY_PREFIX = "%RETRY%"
-
-
-def _json_body(cmd: RemotingCommand) -> dict[str, Any]:
-    try:
-        data = orjson.loads(cmd.body or b"{}")
-    except orjson.JSONDecodeError as e:
-        raise HeaderError(f"request body is not JSON: {e}", ResponseCode.SYSTEM_ERROR) from None
-    if not isinstance(data, dict):
-        raise HeaderError("request body must be a JSON object", ResponseCode.SYSTEM_ERROR)
-    return data
 
 
 def _mq_list(items: Any) -> list[tuple[str, str, int]]:
@@ -59,7 +49,7 @@ class ClientProcessor:
         self.broker.producers.unregister(conn)
 
     def heartbeat(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        data = _json_body(cmd)
+        data = cmd.json_body()
         client_id = str(data.get("clientID") or f"{conn.remote_addr[0]}@unknown")
         self._track(conn)
         b = self.broker
@@ -95,13 +85,13 @@ class ClientProcessor:
         return cmd.response(body=orjson.dumps({"consumerIdList": info.client_ids()}))
 
     def lock(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        data = _json_body(cmd)
+        data = cmd.json_body()
         got = self.broker.locks.try_lock(str(data.get("consumerGroup", "")), str(data.get("clientId", "")),
                                          _mq_list(data.get("mqSet")))
         return cmd.response(body=orjson.dumps({"lockOKMQSet": [_mq_json(mq) for mq in got]}))
 
     def unlock(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        data = _json_body(cmd)
+        data = cmd.json_body()
         self.broker.locks.unlock(str(data.get("consumerGroup", "")), str(data.get("clientId", "")),
                                  _mq_list(data.get("mqSet")))
         return cmd.response()

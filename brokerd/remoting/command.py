@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
 
 from brokerd.remoting.codes import CURRENT_VERSION, ResponseCode
 
@@ -80,6 +83,16 @@ class RemotingCommand:
             if f != f or f in (float("inf"), float("-inf")) or f != int(f):
                 raise HeaderError(f"header field {key!r} is not an integer: {v[:40]!r}") from None
             return int(f)
+
+    def json_body(self) -> dict[str, Any]:
+        """The body as a JSON object (an empty body is {}); malformed JSON answers SYSTEM_ERROR with a remark."""
+        try:
+            data = orjson.loads(self.body or b"{}")
+        except orjson.JSONDecodeError as e:
+            raise HeaderError(f"request body is not JSON: {e}", ResponseCode.SYSTEM_ERROR) from None
+        if not isinstance(data, dict):
+            raise HeaderError("request body must be a JSON object", ResponseCode.SYSTEM_ERROR)
+        return data
 
     def bool_field(self, key: str, default: bool = False) -> bool:
         """Java Boolean.parseBoolean semantics; the C++ client also sends "0"/"1"."""

@@ -27,7 +27,7 @@ from controller.raft.errors import NotLeaderError
 from controller.raft.leader import LeaderMixin
 from controller.raft.log import RaftLog
 from controller.raft.progress import Progress
-from controller.raft.read_only import ReadOnly
+from controller.raft.read_only import ForwardedReads, ReadOnly
 from controller.raft.types import (
     NONE_ID,
     Entry,
@@ -93,6 +93,10 @@ class CoreConfig:
 
 Handler = Callable[[Message], None]
 
+# A forwarded follower read still unanswered after this many election timeouts is forgotten (callers
+# time out long before; this only bounds memory when a caller never cancels).
+FORWARDED_READ_GIVE_UP_ELECTIONS = 20
+
 
 class RaftCore(LeaderMixin):
     """One Raft member. Pure and single-threaded: call it from one task only."""
@@ -129,6 +133,10 @@ class RaftCore(LeaderMixin):
         self.read_states: list[ReadState] = []
         self.read_only = ReadOnly()
         self.pending_read_index: list[tuple[bytes, str]] = []
+        self.forwarded = ForwardedReads(
+            retry_ticks=max(cfg.heartbeat_ticks + 1, cfg.election_ticks // 2),
+            give_up_ticks=FORWARDED_READ_GIVE_UP_ELECTIONS * cfg.election_ticks,
+        )
         self.pending_snapshot: Snapshot | None = None
         self.append_dirty = False
         self.commit_dirty = False
@@ -148,6 +156,8 @@ class RaftCore(LeaderMixin):
     def tick(self) -> None:
         self.tick_count += 1
         self._tick_fn()
+        if len(self.forwarded):
+            self._retry_forwarded_reads()
 
     def campaign(self) -> None:
         """Start an election now (tests, leadership hand-over by an operator)."""
@@ -167,14 +177,24 @@ class RaftCore(LeaderMixin):
         """Linearizable read: a ReadState for `ctx` appears in a later Ready.
 
         On the leader the read index is confirmed by a heartbeat quorum; on a follower the request is
-        forwarded to the known leader (a follower read). Raises NotLeaderError when no leader is known.
+        forwarded to the known leader (a follower read) and re-sent while unanswered, also to a new
+        leader (see `ForwardedReads`). Raises NotLeaderError when no leader is known. `ctx` must be
+        unique among this member's reads (other members may use the same bytes).
         """
         if self.role == Role.LEADER:
             self.leader_read_index(ctx, self.id)
         elif self.lead != NONE_ID:
-            self._send(Message(MsgType.READ_INDEX, self.id, self.lead, ctx=ctx), early=True)
+            self.forwarded.add(ctx, self.tick_count)
+            if self.forwarded.sent_to == self.lead:
+                self._send(Message(MsgType.READ_INDEX, self.id, self.lead, ctx=ctx), early=True)
+            else:
+                self._retry_forwarded_reads()
         else:
             raise NotLeaderError(None)
+
+    def cancel_read(self, ctx: bytes) -> None:
+        """Forget a follower read the caller gave up on (it is no longer re-sent)."""
+        self.forwarded.cancel(ctx)
 
     def lease_read(self, ctx: bytes) -> None:
         """Read under the leader lease when valid (no network round), else fall back to ReadIndex."""
@@ -219,6 +239,8 @@ class RaftCore(LeaderMixin):
         handler = self._handlers.get(m.type)
         if handler is not None:
             handler(m)
+        if len(self.forwarded) and self.forwarded.sent_to != self.lead:
+            self._retry_forwarded_reads()  # the leader changed: send pending follower reads to the new one
 
     # ------------------------------------------------------------------ Ready
     def take_early_messages(self) -> list[Message]:
@@ -324,6 +346,8 @@ class RaftCore(LeaderMixin):
         # Commit an entry of our own term so the commit index (and read index) is current.
         self.log.append_one(Entry(last + 1, self.term, EntryKind.NOOP))
         self.append_dirty = True
+        if len(self.forwarded):
+            self._retry_forwarded_reads()  # our own pending follower reads become local ReadIndex reads
 
     def _reset(self, term: int) -> None:
         if term != self.term:
@@ -467,10 +491,25 @@ class RaftCore(LeaderMixin):
         self._send(resp)
 
     def _handle_read_index_resp(self, m: Message) -> None:
+        if not self.forwarded.answered(m.ctx):
+            return  # a duplicate answer (after a retry), or a read that was cancelled or given up
         lag = m.index - self.log.committed
         self.read_states.append(ReadState(m.index, m.ctx, lag > self.cfg.max_follower_lag_entries))
 
     # ------------------------------------------------------------------ helpers
+    def _retry_forwarded_reads(self) -> None:
+        fw = self.forwarded
+        if self.role == Role.LEADER:
+            for ctx in fw.take_all():
+                self.leader_read_index(ctx, self.id)
+            return
+        if self.lead == NONE_ID:
+            return  # wait until a leader is known
+        changed = fw.sent_to != self.lead
+        fw.sent_to = self.lead
+        for ctx in fw.due(self.tick_count, all_of_them=changed):
+            self._send(Message(MsgType.READ_INDEX, self.id, self.lead, ctx=ctx), early=True)
+
     def _send(self, m: Message, *, early: bool = False) -> None:
         """Queue `m`; leader messages and follower read requests may leave before persisting."""
         if m.term == 0:

@@ -98,10 +98,12 @@ def encode_image(image: ControllerImage) -> bytes:
     """msgpack map {format, applied_index, sets: [set, ...]}; per-set encodings are reused when unchanged."""
     cache = image.packed
     blobs = []
-    for name in sorted(image.sets):
+    # insertion order, not sorted: it is the same on every replica (same applies, and a restore keeps the
+    # snapshot's order), and sorting 100k names would cost ~10 ms per snapshot
+    for name, bset in image.sets.items():
         blob = cache.get(name)
         if blob is None:
-            blob = cache[name] = msgpack.packb(image.sets[name].to_wire(), use_bin_type=True)
+            blob = cache[name] = msgpack.packb(bset.to_wire(), use_bin_type=True)
         blobs.append(blob)
     head: bytes = msgpack.packb({"format": SNAPSHOT_FORMAT, "applied_index": image.applied_index}, use_bin_type=True)
     # extend the 2-entry map to 3 entries and append "sets" with the pre-encoded array elements

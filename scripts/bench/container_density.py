@@ -69,10 +69,10 @@ def serving(ports: list[int]) -> bool:
 
 
 def load(ports: list[int], total: int) -> dict[str, object]:
+    """The same load shape for every N (16 connections x 16 in flight), spread round-robin over the brokers."""
     addrs = ",".join(f"127.0.0.1:{p}" for p in ports)
-    conns = max(4, len(ports))
-    out = subprocess.run([PY, "-m", "scripts.bench.loadgen", "produce", "--addr", addrs, "--conns", str(conns),
-                          "--inflight", str(max(8, 256 // conns)), "--total", str(total), "--topic", "DensityTopic"],
+    out = subprocess.run([PY, "-m", "scripts.bench.loadgen", "produce", "--addr", addrs, "--conns", "16",
+                          "--inflight", "16", "--total", str(total), "--topic", "DensityTopic"],
                          cwd=ROOT, capture_output=True, text=True, timeout=900, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 

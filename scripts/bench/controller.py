@@ -256,7 +256,7 @@ async def bench_reads(duration: float, clients: int) -> dict[str, Any]:
         followers = [a for a in cl.procs.addrs if a != addr]
         out["follower_read"] = res = await closed_loop(followers, clients, duration, read)
         log(f"reads follower: {res}")
-        out["all_members_lease_leader_plus_follower_read"] = res = await closed_loop(
+        out["all_members_read_index_plus_follower_read"] = res = await closed_loop(
             cl.procs.addrs, clients, duration, read)
         log(f"reads all members: {res}")
     return out
