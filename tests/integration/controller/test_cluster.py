@@ -111,7 +111,8 @@ async def test_leader_sigkill_under_load_loses_no_acknowledged_write(cluster: Co
         await asyncio.gather(*writers)
         assert new != old
         print(f"new leader after {t_leader * 1000:.0f} ms, first acknowledged write after {t_serve * 1000:.0f} ms")
-        assert t_leader < 2 * ELECTION_TIMEOUT_S + 0.2, f"new leader after {t_leader:.3f}s"
+        # within 2 election timeouts; 0.3 s slack for polling and process scheduling on a loaded machine
+        assert t_leader < 2 * ELECTION_TIMEOUT_S + 0.3, f"new leader after {t_leader:.3f}s"
         assert t_serve < 2 * ELECTION_TIMEOUT_S + 0.5, f"first write on the new leader after {t_serve:.3f}s"
         cluster.start(old)  # the old leader comes back as a follower and catches up
         await wait_all_members_have(cluster, c, acked)
