@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 import random
 import socket
 import time
@@ -59,6 +60,9 @@ class RaftNode:
         self._transport: PeerTransport | None = None
         self._proposals: ProposalWaiters[asyncio.Future[Any]] = ProposalWaiters()
         self._reads: ReadWaiters[asyncio.Future[None]] = ReadWaiters()
+        # Read contexts: a per-process nonce + a counter, so a read answer addressed to an earlier
+        # incarnation of this node (same id, counter restarted) can never complete a new read.
+        self._ctx_nonce = os.urandom(8)
         self._ctx_seq = itertools.count(1)
         self._callbacks: list[Callable[[bool], None]] = []
         self._wake = asyncio.Event()
@@ -165,7 +169,7 @@ class RaftNode:
         await self._read(lambda ctx: core.read_index(ctx))
 
     async def _read(self, register: Callable[[bytes], None]) -> None:
-        ctx = next(self._ctx_seq).to_bytes(8, "big")
+        ctx = self._ctx_nonce + next(self._ctx_seq).to_bytes(8, "big")
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         try:
             register(ctx)
@@ -177,6 +181,8 @@ class RaftNode:
             await asyncio.wait_for(asyncio.shield(fut), self.cfg.read_timeout_s)
         except TimeoutError:
             self._reads.cancel(ctx)
+            if self._core is not None:
+                self._core.cancel_read(ctx)  # stop re-sending a forwarded follower read
             if not fut.done():
                 fut.cancel()
             raise self._not_leader() from None
@@ -312,8 +318,8 @@ class RaftNode:
             self._failed = e
             self.log.exception("raft_ready_loop_failed")
             err = NotLeaderError(None, None, f"raft node failed: {e}")
-            for fut in self._proposals.drain():
-                _fail(fut, err)
+            for fut in self._proposals.drain():  # appended, maybe replicated: the outcome is unknown
+                _fail(fut, CommitUnknownError(None, None, f"raft node failed: {e}"))
             for rfut in self._reads.drain():
                 _fail(rfut, err)
 
@@ -322,7 +328,8 @@ class RaftNode:
         rd = core.ready()
         ops = plan_ready(rd, core.persisted_hs)
         if ops:
-            await self._run_disk(ops, rd.must_sync or rd.snapshot is not None)
+            # A received snapshot image (multi-MB) is always written off the loop, fsync or not.
+            await self._run_disk(ops, rd.must_sync or rd.snapshot is not None, off_loop=rd.snapshot is not None)
         self._send(rd.messages)
         self._apply(core, rd)
         core.advance(rd)
@@ -332,10 +339,14 @@ class RaftNode:
                 _fail(fut, self._not_leader())
         await self._maybe_checkpoint(core)
 
-    async def _run_disk(self, ops: list[DiskOp], sync: bool) -> None:
+    async def _run_disk(self, ops: list[DiskOp], sync: bool, *, off_loop: bool = False) -> None:
+        """Run disk ops in a worker thread (the core is not touched there: ops hold only immutable data).
+
+        Without fsync, small WAL appends stay on the loop (page-cache writes, cheaper than a thread hop).
+        """
         self._persisting = True
         try:
-            if self.cfg.fsync:
+            if self.cfg.fsync or off_loop:
                 await asyncio.to_thread(self._execute_ops, ops, sync)
             else:
                 self._execute_ops(ops, sync)  # page-cache writes only: cheap enough for the loop
@@ -357,7 +368,8 @@ class RaftNode:
         if rd.snapshot is not None:
             self.sm.restore(rd.snapshot.data)
             self.snapshots_installed += 1
-            self.log.info("snapshot_installed", index=rd.snapshot.index, term=rd.snapshot.term)
+            self.log.info("raft_snapshot_installed", index=rd.snapshot.index, term=rd.snapshot.term,
+                          bytes=len(rd.snapshot.data))
             for fut in self._proposals.drop_through(rd.snapshot.index):
                 _fail(fut, CommitUnknownError(core.lead or None, self._addr(core.lead), "covered by a snapshot"))
         for e in rd.committed_entries:
@@ -398,12 +410,23 @@ class RaftNode:
         snap_index = log.snapshot.index if log.snapshot else 0
         if log.applied - snap_index < self.cfg.snapshot_threshold_entries:
             return
-        snap = core.snapshot_at(log.applied, self.sm.snapshot())
+        t0 = time.monotonic()
+        if getattr(self.sm, "snapshot_off_loop", False):
+            # The Ready loop is parked here, so nothing applies to or restores the state machine
+            # while the worker thread serialises it (see StateMachine.snapshot_off_loop).
+            data = await asyncio.to_thread(self.sm.snapshot)
+        else:
+            data = self.sm.snapshot()
+        t1 = time.monotonic()
+        snap = core.snapshot_at(log.applied, data)
         ops = plan_checkpoint(snap, core.persisted_hs, log.slice(snap.index + 1, log.stabled + 1))
-        await self._run_disk(ops, True)
+        await self._run_disk(ops, True, off_loop=True)  # image write + WAL rewrite: always off the loop
         core.compact(snap, self.cfg.snapshot_trailing_entries)
         self.snapshots_taken += 1
-        self.log.info("snapshot_taken", index=snap.index, bytes=len(snap.data), log_offset=log.offset)
+        self.log.info(
+            "snapshot_taken", index=snap.index, bytes=len(snap.data), log_offset=log.offset,
+            sm_snapshot_ms=round((t1 - t0) * 1000, 1), write_ms=round((time.monotonic() - t1) * 1000, 1),
+        )
 
 
 def _fail(fut: asyncio.Future[Any], exc: BaseException) -> None:

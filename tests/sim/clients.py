@@ -1,8 +1,10 @@
 """Simulated clients: sequential writers/readers that record a history for the linearizability checker.
 
 Each client runs one operation at a time (as in Jepsen): a write of a unique value to a small key set
-at the node it believes is leader, or a read in one of three modes: ReadIndex on the leader, a lease
-read on the leader, or a follower read at a random node. Outcomes: "ok", "fail" (definitely no
+at the node it believes is leader, or a read in one of four modes: ReadIndex on the leader, a lease
+read on the leader, a follower read at a random node, or a burst of concurrent follower reads at one
+node ("follower_burst", like a controller serving many clients from a follower; each read of the burst
+is recorded as its own operation). Outcomes: "ok", "fail" (definitely no
 effect: dropped from the history) or "unknown" (a write that may or may not have happened: kept with
 an open interval). A read additionally gets an immediate check: it must observe a version at least as
 new as every write to that key acknowledged before the read began.
@@ -10,6 +12,7 @@ new as every write to that key acknowledged before the read began.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING
 
 from controller.linearizability import Operation
@@ -18,7 +21,8 @@ from tests.sim.invariants import InvariantViolation
 if TYPE_CHECKING:
     from tests.sim.cluster import Simulation
 
-READ_MODES = ("index", "lease", "follower")
+READ_MODES = ("index", "lease", "follower", "follower_burst")
+BURST_MAX = 8
 
 
 class SimClient:
@@ -95,6 +99,9 @@ class SimClient:
         self.sim.nodes[node].client_write(key, value, done)
 
     def _read(self, seq: int, key: str, mode: str) -> None:
+        if mode == "follower_burst":
+            self._read_burst(seq, key)
+            return
         call = self.sim.now
         floor = self.sim.acked_version.get(key, 0)
         node = self._pick_node(follower_ok=mode == "follower")
@@ -105,15 +112,48 @@ class SimClient:
             if outcome != "ok":
                 self.leader_hint = info if isinstance(info, str) else None
                 return
-            assert isinstance(info, tuple)
-            value, version = info
-            if version < floor:
-                raise InvariantViolation(
-                    f"stale {mode} read at {node}: key {key} returned version {version} (value {value}) "
-                    f"but write at index {floor} was acknowledged before the read began (t={call:.3f})"
-                )
-            self.sim.history.append(Operation(self.id, key, "read", None, value, call, self.sim.now))
-            self.sim.reads_ok[mode] = self.sim.reads_ok.get(mode, 0) + 1
+            self._record_read(self.id, mode, node, key, call, floor, info)
 
         self._arm_timeout(seq, lambda: self._finish(seq))
         self.sim.nodes[node].client_read(mode, key, done)
+
+    def _read_burst(self, seq: int, key: str) -> None:
+        call = self.sim.now
+        floor = self.sim.acked_version.get(key, 0)
+        node = self._pick_node(follower_ok=True)
+        count = self.sim.rng.randint(2, BURST_MAX)
+        left = [count]
+        recorded = [False]
+
+        def one(i: int) -> Callable[[str, object], None]:
+            def done(outcome: str, info: object) -> None:
+                if seq != self.op_seq:
+                    return  # the burst timed out
+                if outcome == "ok":  # every read gets the stale check; one per burst goes to the history
+                    history = not recorded[0]
+                    recorded[0] = True
+                    self._record_read((self.id, i), "follower_burst", node, key, call, floor, info, history)
+                left[0] -= 1
+                if left[0] == 0:
+                    self._finish(seq)
+
+            return done
+
+        self._arm_timeout(seq, lambda: self._finish(seq))
+        for i in range(count):
+            self.sim.nodes[node].client_read("follower", key, one(i))
+
+    def _record_read(
+        self, client: Hashable, mode: str, node: str, key: str, call: float, floor: int, info: object,
+        history: bool = True,
+    ) -> None:
+        assert isinstance(info, tuple)
+        value, version = info
+        if version < floor:
+            raise InvariantViolation(
+                f"stale {mode} read at {node}: key {key} returned version {version} (value {value}) "
+                f"but write at index {floor} was acknowledged before the read began (t={call:.3f})"
+            )
+        if history:  # (the linearizability search grows quickly with concurrent operations)
+            self.sim.history.append(Operation(client, key, "read", None, value, call, self.sim.now))
+        self.sim.reads_ok[mode] = self.sim.reads_ok.get(mode, 0) + 1

@@ -7,7 +7,8 @@ A run (`run_seed`) is fully determined by (seed, nodes, steps):
    reordering messages, while clients write and read (ReadIndex, lease and follower reads);
 2. heal phase: network healed, every node restarted, clients keep going for a while, then stop;
 3. convergence: within a virtual-time budget one leader must exist and every node must have applied
-   everything the leader committed (liveness);
+   everything the leader committed (liveness); then a burst of concurrent reads at every member, using
+   the same context values on every member, must all complete (follower-read liveness);
 4. the recorded history must be linearizable (per-key register model).
 
 Safety invariants (tests/sim/invariants.py) are checked after every event. Any violation raises
@@ -291,6 +292,7 @@ class Simulation:
         for c in self.clients:
             c.running = False
         self._converge()
+        self._check_read_burst()
         self.invariants.final_check(list(self.nodes.values()))
         self._check_history()
         return SimResult(
@@ -321,6 +323,27 @@ class Simulation:
                     for n in self.nodes.values()
                 }
                 raise SimFailure(self.failure_message(f"no convergence after healing: {states}"))
+
+    def _check_read_burst(self, per_node: int = 16, budget_ms: float = 1000.0) -> None:
+        """Every member serves `per_node` concurrent follower reads (equal ctx bytes on every member)."""
+        outcomes: dict[tuple[str, int], str] = {}
+        for node in self.nodes.values():
+            for i in range(per_node):
+
+                def done(outcome: str, _info: object, k: tuple[str, int] = (node.id, i)) -> None:
+                    outcomes[k] = outcome
+
+                node.client_read("follower", self.params.keys[0], done, ctx=b"burst%d" % i)
+        total = per_node * len(self.nodes)
+        deadline = self.now + budget_ms
+        while len(outcomes) < total and self.now <= deadline and self._step():
+            pass
+        bad = {k: v for k, v in outcomes.items() if v != "ok"}
+        lost = sorted({k for n in self.nodes for k in ((n, i) for i in range(per_node))} - set(outcomes))
+        if bad or lost:
+            raise SimFailure(self.failure_message(
+                f"follower reads on a healthy cluster: {len(lost)} never completed {lost[:8]}, failed {bad}"
+            ))
 
     def _check_history(self) -> None:
         result = check(self.history)

@@ -61,6 +61,7 @@ class SimNode:
             self.kv.restore(st.snapshot.data)
         self.alive = True
         self.incarnation += 1
+        self.read_seq = 0
         self.busy = False
         self.was_leader = False
         self.checked_commit = self.core.log.offset
@@ -134,16 +135,19 @@ class SimNode:
             displaced("fail", None)
         self.process()
 
-    def client_read(self, mode: str, key: str, cb: Callback) -> None:
+    def client_read(self, mode: str, key: str, cb: Callback, ctx: bytes | None = None) -> None:
+        """Start a read. Contexts are numbered per node like the driver's (a per-process nonce, here the
+        incarnation, plus a counter), so different members use equal contexts at the same time."""
         core = self.core
         if core is None:
             cb("fail", None)
             return
-        if self._deferred(lambda: self.client_read(mode, key, cb)):
+        if self._deferred(lambda: self.client_read(mode, key, cb, ctx)):
             return
         self._catch_up_ticks(core)  # as the driver does before judging the lease
-        self.read_seq += 1
-        ctx = f"{self.id}:{self.incarnation}:{self.read_seq}".encode()
+        if ctx is None:
+            self.read_seq += 1
+            ctx = self.incarnation.to_bytes(4, "big") + self.read_seq.to_bytes(8, "big")
         try:
             if mode == "lease":
                 core.lease_read(ctx)

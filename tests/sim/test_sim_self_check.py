@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from controller.raft.log import RaftLog
+from controller.raft.read_only import ForwardedReads, ReadOnly
 from controller.raft.types import ReadState
 from controller.raft.waiters import ReadOutcome, ReadWaiters
 from tests.sim.cluster import SimFailure, run_seed
@@ -35,4 +36,20 @@ def test_serving_reads_before_applying_the_read_index_is_caught(monkeypatch: pyt
     monkeypatch.setattr(ReadWaiters, "on_read_state", too_early)
     msg = first_failure(range(60))
     assert "stale" in msg or "not linearizable" in msg
+    assert "python scripts/sim.py --seed" in msg
+
+
+def test_losing_follower_reads_with_colliding_contexts_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The bug of docs/RAFT-REQUESTS.md item 5: the leader keyed pending reads by ctx alone (dropping a
+    # second member's read with equal ctx bytes) and followers never re-sent an unanswered read.
+    def add_by_ctx_only(self: ReadOnly, index: int, ctx: bytes, frm: str, self_id: str) -> None:
+        if any(s.ctx == ctx for s in self.pending.values()):
+            return
+        original_add(self, index, ctx, frm, self_id)
+
+    original_add = ReadOnly.add_request
+    monkeypatch.setattr(ReadOnly, "add_request", add_by_ctx_only)
+    monkeypatch.setattr(ForwardedReads, "due", lambda self, now, *, all_of_them: [])
+    msg = first_failure(range(10))
+    assert "follower reads on a healthy cluster" in msg and "never completed" in msg
     assert "python scripts/sim.py --seed" in msg
