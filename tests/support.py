@@ -71,7 +71,9 @@ def write_broker_conf(path: pathlib.Path, *, name: str, port: int, store: pathli
              "brokerIP1": "127.0.0.1", "listenPort": port, "storePathRootDir": str(store),
              "flushDiskType": "ASYNC_FLUSH", "registerNameServerPeriod": 2000,
              # keep preallocated files small: tests start many brokers
-             "mappedFileSizeCommitLog": 32 * 1024 * 1024, "maxHashSlotNum": 50_000, "maxIndexNum": 200_000}
+             "mappedFileSizeCommitLog": 32 * 1024 * 1024, "maxHashSlotNum": 50_000, "maxIndexNum": 200_000,
+             # the physical disk thresholds apply to the host's real disk: keep tests independent of how full it is
+             "diskSpaceWarningLevelRatio": 0.99, "diskSpaceCleanForciblyRatio": 0.99}
     props.update(extra)
     path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
     return path

@@ -79,10 +79,11 @@ def test_over_quota_cleans_oldest_segments_first(tmp_path: pathlib.Path) -> None
 
 
 def test_broker_over_warning_level_refuses_writes(tmp_path: pathlib.Path) -> None:
-    # warning at 75 % of the 2 MiB quota, forced cleaning only at 100 %: broker-a fills up and must refuse writes
+    # warning at 97 % of the 2 MiB quota, forced cleaning only at 100 %: broker-a fills up and must refuse writes.
+    # (The same ratios apply to the real disk, so they sit high enough not to trip on this machine's disk.)
     c = Cluster(tmp_path, brokers=2, container_extra={**QUOTA, "logicalDiskSpaceCleanForciblyThreshold": 1.0},
-                mappedFileSizeCommitLog=256 * 1024, diskSpaceWarningLevelRatio=0.75,
-                diskSpaceCleanForciblyRatio=0.95, **SMALL).start()
+                mappedFileSizeCommitLog=128 * 1024, diskSpaceWarningLevelRatio=0.97,
+                diskSpaceCleanForciblyRatio=0.99, **SMALL).start()
     try:
         assert send(c, 0, size=10_000).code == 0  # type: ignore[attr-defined]
         wait_for(lambda: send(c, 0, size=10_000).code == 14, 20, "broker-a refusing writes")  # type: ignore[attr-defined]
