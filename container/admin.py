@@ -9,9 +9,10 @@ import orjson
 
 from brokerd.remoting.codes import ResponseCode
 from brokerd.remoting.command import RemotingCommand
-from brokerd.remoting.connection import Connection
+from brokerd.remoting.connection import Connection, HandlerResult
 
 if TYPE_CHECKING:
+    from brokerd.broker import Broker
     from container.host import BrokerContainer
 
 LIST_BROKERS = 910
@@ -40,7 +41,7 @@ def register_admin(container: BrokerContainer) -> None:
             return cmd.response(e.code, str(e))
         return cmd.response()
 
-    def _target(cmd: RemotingCommand) -> object:
+    def _target(cmd: RemotingCommand) -> Broker | RemotingCommand:
         if not cmd.ext.get("brokerName"):
             if len(container.brokers) == 1:
                 return next(iter(container.brokers.values())).broker
@@ -51,14 +52,13 @@ def register_admin(container: BrokerContainer) -> None:
             return cmd.response(ResponseCode.BROKER_NOT_EXIST, f"broker {_identity(cmd)} does not exist in this container")
         return slot.broker
 
-    def broker_config(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+    def broker_config(conn: Connection, cmd: RemotingCommand) -> HandlerResult:
         t = _target(cmd)
         if isinstance(t, RemotingCommand):
             return t
-        from brokerd.processors.admin import AdminProcessor
-
-        proc = AdminProcessor(t)  # type: ignore[arg-type]
-        return proc.get_config(conn, cmd) if cmd.code == 26 else proc.update_config(conn, cmd)
+        handler = t.dispatcher.lookup(cmd.code)  # the broker's own GET/UPDATE_BROKER_CONFIG processor
+        assert handler is not None
+        return handler(conn, cmd)
 
     def list_brokers(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         rows = [{"identity": k, "addr": s.broker.cfg.broker_addr, "status": s.broker.health()[0],
