@@ -130,6 +130,9 @@ class Broker:
 
     def on_change(self, change: MetadataChange) -> None:
         if change.kind == "topic":
+            tc = self.meta.topics.get(change.key) if change.op == "put" else None
+            if tc is not None:  # create its files off the loop thread before the first send needs them
+                self.store.prepare_topic(tc.topic_name, max(tc.read_queue_nums, tc.write_queue_nums))
             self._pending_topics.add(change.key)
             if self._register_soon is None or self._register_soon.done():
                 self._register_soon = asyncio.get_running_loop().create_task(self._register_changed())
@@ -197,9 +200,6 @@ class Broker:
 
     def is_readable(self) -> bool:
         return bool(self.cfg.broker_permission & PERM_READ)
-
-    def disk_ok(self) -> bool:
-        return self.store.is_writeable()
 
     def health(self) -> tuple[str, str]:
         """(status, last error): an I/O error inside the store shows as 'degraded', contained to this broker."""

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import time
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -74,17 +73,24 @@ def parse_send_header(cmd: RemotingCommand) -> SendHeader:
         raise HeaderError(f"missing header field {f[1]!r} (topic)")
     mrt = ext.get(f[11])
     batch = ext.get(f[12])
+    g = ext.get
+    try:  # fast path: plain decimal strings (what every client sends); an empty/missing field is the default
+        nums = (int(g(f[3]) or 4), int(g(f[4]) or -1), int(g(f[5]) or 0), int(g(f[6]) or 0), int(g(f[7]) or 0),
+                int(g(f[9]) or 0))
+    except ValueError:  # "3.0" or garbage: field by field, errors name the field
+        nums = (_int(cmd, f[3], 4), _int(cmd, f[4], -1), _int(cmd, f[5], 0), _int(cmd, f[6], 0), _int(cmd, f[7], 0),
+                _int(cmd, f[9], 0))
     return SendHeader(
-        producer_group=ext.get(f[0]) or "",
+        producer_group=g(f[0]) or "",
         topic=topic,
-        default_topic=ext.get(f[2]) or "TBW102",
-        default_topic_queue_nums=_int(cmd, f[3], 4),
-        queue_id=_int(cmd, f[4], -1),
-        sys_flag=_int(cmd, f[5], 0),
-        born_timestamp=_int(cmd, f[6], 0),
-        flag=_int(cmd, f[7], 0),
-        properties=ext.get(f[8]) or "",
-        reconsume_times=_int(cmd, f[9], 0),
+        default_topic=g(f[2]) or "TBW102",
+        default_topic_queue_nums=nums[0],
+        queue_id=nums[1],
+        sys_flag=nums[2],
+        born_timestamp=nums[3],
+        flag=nums[4],
+        properties=g(f[8]) or "",
+        reconsume_times=nums[5],
         max_reconsume_times=_int(cmd, f[11], 16) if mrt and cmd.version >= 121 else None,
         batch=batch.lower() in ("true", "1") if batch else cmd.code == 320,
     )
@@ -257,6 +263,3 @@ class SendProcessor:
                          uniq: str) -> RemotingCommand:
         return self._answer(cmd, await put, queue_id, uniq)
 
-
-def now_ms() -> int:
-    return int(time.time() * 1000)

@@ -31,6 +31,7 @@ from brokerd.message import (
     RecordEncoder,
     verify_record,
 )
+from brokerd.store.allocate import Allocator
 from brokerd.store.mapped_file import MappedFile, Warmer, file_name, fsync_dir, parse_file_name
 
 _SIZE_MAGIC: Final = struct.Struct(">ii")
@@ -63,6 +64,8 @@ class CommitLog:
         self._warm = warm
         self.warmer: Warmer | None = None
         self.dir_dirty = False
+        self.allocator: Allocator | None = None
+        self._alloc_pos = segment_size  # appends ending past this position ask for the next segment
 
     # ------------------------------------------------------------ load / layout
 
@@ -104,10 +107,13 @@ class CommitLog:
         return phys + self.segment_size - phys % self.segment_size
 
     def _new_file(self, base: int) -> MappedFile:
-        try:
-            f = MappedFile.create(self.dir, base, self.segment_size)
-        except OSError as exc:
-            raise CreateFileError(exc.errno, f"cannot create commit log file {file_name(base)}: {exc}") from exc
+        f = self.allocator.take(self.dir / file_name(base)) if self.allocator is not None else None
+        if f is None:
+            try:
+                f = MappedFile.create(self.dir, base, self.segment_size)
+            except OSError as exc:
+                raise CreateFileError(exc.errno, f"cannot create commit log file {file_name(base)}: {exc}") from exc
+        self._alloc_pos = self.segment_size // 2
         self.files.append(f)
         self.dir_dirty = True
         if self.warmer is not None:
@@ -157,7 +163,18 @@ class CommitLog:
         f.last_store_ts = store_ts
         if end > f.warm_trigger and self.warmer is not None:
             self.warmer.kick(end)
+        if end > self._alloc_pos:
+            self.prepare_next(f)
         return phys, size
+
+    PREFAULT = 1 << 20
+
+    def prepare_next(self, f: MappedFile | None) -> None:
+        """Have the allocator create the segment after ``f`` (the first one when None) off the loop thread."""
+        self._alloc_pos = self.segment_size + 1
+        if self.allocator is not None:
+            base = f.end if f is not None else 0
+            self.allocator.request(self.dir / file_name(base), base, self.segment_size, self.PREFAULT)
 
     def _roll(self, f: MappedFile) -> MappedFile:
         if f.wrote < f.size:
@@ -328,6 +345,8 @@ class CommitLog:
             f = self.files[-1]
             f.warmed = f.wrote - f.wrote % mmap.PAGESIZE
             self.warmer.track(f, f.wrote)
+        if self.files:
+            self._alloc_pos = self.segment_size // 2
 
     def close(self) -> None:
         if self.warmer is not None:

@@ -16,6 +16,7 @@ from typing import Final
 
 import structlog
 
+from brokerd.store.allocate import Allocator
 from brokerd.store.config import CQ_UNIT_SIZE
 from brokerd.store.mapped_file import MappedFile, file_name, fsync_dir, parse_file_name
 
@@ -28,7 +29,8 @@ log = structlog.get_logger(component="store.consumequeue")
 class ConsumeQueue:
     """One topic/queue. ``max_offset`` = next logical offset to write; ``min_offset`` = first valid one."""
 
-    def __init__(self, root: Path, topic: str, queue_id: int, file_size: int) -> None:
+    def __init__(self, root: Path, topic: str, queue_id: int, file_size: int,
+                 allocator: Allocator | None = None) -> None:
         self.topic = topic
         self.queue_id = queue_id
         self.dir = root / topic / str(queue_id)
@@ -39,6 +41,7 @@ class ConsumeQueue:
         self.min_offset = 0
         self.flushed_offset = 0
         self.dir_dirty = False
+        self.allocator = allocator
 
     # ------------------------------------------------------------ load / recover
 
@@ -119,8 +122,11 @@ class ConsumeQueue:
                 return f
         if self.files and base < self.files[0].base:
             raise ValueError(f"queue offset {byte_pos // CQ_UNIT_SIZE} is below the first file of {self.topic}")
-        self.dir.mkdir(parents=True, exist_ok=True)
-        f = MappedFile.create(self.dir, base, self.file_size)
+        staged = self.allocator.take(self.dir / file_name(base)) if self.allocator is not None else None
+        if staged is None:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            staged = MappedFile.create(self.dir, base, self.file_size)
+        f = staged
         if not self.files:
             self.min_offset = self.max_offset = base // CQ_UNIT_SIZE
         self.files.append(f)

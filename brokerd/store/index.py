@@ -24,6 +24,7 @@ from zlib import crc32
 
 import structlog
 
+from brokerd.store.allocate import Allocator
 from brokerd.store.mapped_file import MappedFile, file_name, fsync_dir, parse_file_name
 
 MAGIC: Final = b"RMQI"
@@ -112,7 +113,10 @@ class IndexFile:
 
 
 class IndexService:
-    def __init__(self, directory: Path, slots: int, max_entries: int) -> None:
+    PREFAULT = 256 << 10
+
+    def __init__(self, directory: Path, slots: int, max_entries: int, allocator: Allocator | None = None) -> None:
+        self.allocator = allocator
         self.dir = directory
         self.slots = slots
         self.max_entries = max_entries
@@ -141,12 +145,19 @@ class IndexService:
         if self.files and self.files[-1].room() >= need:
             return self.files[-1]
         seq = self.files[-1].mf.base + 1 if self.files else 0
-        mf = MappedFile.create(self.dir, seq, self.file_size)
+        mf = self.allocator.take(self.dir / file_name(seq)) if self.allocator is not None else None
+        if mf is None:
+            mf = MappedFile.create(self.dir, seq, self.file_size)
         f = IndexFile(mf, self.slots, self.max_entries)
         self.files.append(f)
         self._dirty.add(-1)
         log.info("index_file_created", seq=seq)
         return f
+
+    def prepare(self) -> None:
+        """Have the allocator create the first index file when there is none."""
+        if not self.files and self.allocator is not None:
+            self.allocator.request(self.dir / file_name(0), 0, self.file_size, self.PREFAULT)
 
     def put_keys(self, topic: str, keys: list[str], phys: int, ts: int) -> None:
         """Index ``keys`` of the record at ``phys`` (hot path: no header write, see IndexFile)."""

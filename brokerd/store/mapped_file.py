@@ -73,8 +73,8 @@ class MappedFile:
         self.warmed = 0
 
     @classmethod
-    def create(cls, directory: Path, base: int, size: int) -> MappedFile:
-        path = directory / file_name(base)
+    def create(cls, directory: Path, base: int, size: int, *, name: str | None = None) -> MappedFile:
+        path = directory / (name or file_name(base))
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             if os.fstat(fd).st_size < size:

@@ -40,6 +40,7 @@ from brokerd.message import (
     tags_code_of,
 )
 from brokerd.store import maintenance, reader
+from brokerd.store.allocate import Allocator
 from brokerd.store.checkpoint import Checkpoint, load_checkpoint
 from brokerd.store.commit_log import CommitLog, CreateFileError, RecordTooLarge
 from brokerd.store.config import StoreConfig
@@ -100,12 +101,15 @@ class MessageStore:
 
     def _init_components(self) -> None:
         cfg = self.cfg
+        self.allocator = Allocator(self.root)
         self.commit_log = CommitLog(self.root / "commitlog", cfg.mapped_file_size_commit_log, self.store_host,
                                     warm=cfg.warm_mapped_file_enable)  # fmt: skip
-        self.queue_store = ConsumeQueueStore(self.root / "consumequeue", cfg.mapped_file_size_consume_queue)
+        self.commit_log.allocator = self.allocator
+        self.queue_store = ConsumeQueueStore(self.root / "consumequeue", cfg.mapped_file_size_consume_queue,
+                                             self.allocator)  # fmt: skip
         self.index: IndexService | None = None
         if cfg.message_index_enable:
-            self.index = IndexService(self.root / "index", cfg.max_hash_slot_num, cfg.max_index_num)
+            self.index = IndexService(self.root / "index", cfg.max_hash_slot_num, cfg.max_index_num, self.allocator)
 
     async def start(self) -> None:
         """Lock the store dir, recover (crash recovery when the abort file is present), start services."""
@@ -113,6 +117,7 @@ class MessageStore:
             raise RuntimeError("store already started")
         self.root.mkdir(parents=True, exist_ok=True)
         self._acquire_lock()
+        self.allocator.reset()
         try:
             await asyncio.to_thread(self._recover)
         except BaseException:
@@ -168,6 +173,7 @@ class MessageStore:
         if services is None:
             return
         await services.stop()
+        self.allocator.close()
         self.commit_log.close()
         self.queue_store.close()
         if self.index is not None:
@@ -177,6 +183,17 @@ class MessageStore:
         self._release_lock()
         self._init_components()  # a later start() loads everything again
         self.log.info("store_shutdown", max_phy_offset=self.max_phy_offset, flushed=self._flushed)
+
+    def prepare_topic(self, topic: str, queue_nums: int) -> None:
+        """A topic was created or changed: have the files its first writes need (its queues' first files, the
+        first commit-log segment and index file) created and pre-faulted off the loop thread."""
+        if self._services is None:
+            return
+        self.queue_store.prepare(topic, queue_nums)
+        if not self.commit_log.files:
+            self.commit_log.prepare_next(None)
+        if self.index is not None:
+            self.index.prepare()
 
     # ================================================================ put
 
@@ -330,7 +347,10 @@ class MessageStore:
         self._dispatched = phys + size
         if to_cq and self._listeners:
             for cb in self._listeners:
-                self._notify(cb, key[0], key[1], qoff, tags)
+                try:
+                    cb(key[0], key[1], qoff, tags)
+                except Exception:  # noqa: BLE001 - a broken listener must not fail the put
+                    self.log.exception("dispatch_listener_failed", topic=key[0], queue_id=key[1])
 
     def _notify(self, cb: DispatchListener, topic: str, qid: int, qoff: int, tags: int) -> None:
         try:

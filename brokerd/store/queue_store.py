@@ -17,8 +17,9 @@ from brokerd.message import (
     record_layout,
     tags_code_of,
 )
+from brokerd.store.allocate import Allocator
 from brokerd.store.consume_queue import ConsumeQueue
-from brokerd.store.mapped_file import MappedFile
+from brokerd.store.mapped_file import MappedFile, file_name
 
 _QID_QOFF: Final = struct.Struct(">i4xq")  # queue id at 12, queue offset at 20
 _I64: Final = struct.Struct(">q")
@@ -63,10 +64,13 @@ def compute_tags_code(topic: str, props: dict[str, str], store_ts: int, delay_le
 class ConsumeQueueStore:
     """``consumequeue/<topic>/<queueId>/`` for every queue. Loop thread only."""
 
-    def __init__(self, root: Path, file_size: int) -> None:
+    PREFAULT = 64 << 10  # first 3,276 entries of a new queue
+
+    def __init__(self, root: Path, file_size: int, allocator: Allocator | None = None) -> None:
         self.root = root
         self.file_size = file_size
         self.queues: dict[tuple[str, int], ConsumeQueue] = {}
+        self.allocator = allocator
 
     def load(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -74,7 +78,7 @@ class ConsumeQueueStore:
             for qdir in sorted(p for p in tdir.iterdir() if p.is_dir()):
                 if not qdir.name.lstrip("-").isdigit():
                     continue
-                cq = ConsumeQueue(self.root, tdir.name, int(qdir.name), self.file_size)
+                cq = ConsumeQueue(self.root, tdir.name, int(qdir.name), self.file_size, self.allocator)
                 cq.load()
                 self.queues[(tdir.name, int(qdir.name))] = cq
 
@@ -84,9 +88,19 @@ class ConsumeQueueStore:
     def get_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:
         cq = self.queues.get((topic, queue_id))
         if cq is None:
-            cq = ConsumeQueue(self.root, topic, queue_id, self.file_size)
+            cq = ConsumeQueue(self.root, topic, queue_id, self.file_size, self.allocator)
             self.queues[(topic, queue_id)] = cq
         return cq
+
+    def prepare(self, topic: str, queue_nums: int) -> None:
+        """Have the allocator create the first file of each queue of ``topic`` that has none yet."""
+        if self.allocator is None:
+            return
+        for qid in range(queue_nums):
+            cq = self.queues.get((topic, qid))
+            if cq is None or not cq.files:
+                path = self.root / topic / str(qid) / file_name(0)
+                self.allocator.request(path, 0, self.file_size, self.PREFAULT)
 
     def __iter__(self) -> Iterator[ConsumeQueue]:
         return iter(list(self.queues.values()))
@@ -101,6 +115,8 @@ class ConsumeQueueStore:
         keys = [k for k in self.queues if k[0] == topic]
         for k in keys:
             self.queues.pop(k).destroy()
+        if self.allocator is not None:
+            self.allocator.discard(self.root / topic)
         tdir = self.root / topic
         if tdir.is_dir() and not any(tdir.iterdir()):
             tdir.rmdir()
