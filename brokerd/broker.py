@@ -201,6 +201,21 @@ class Broker:
     def is_readable(self) -> bool:
         return bool(self.cfg.broker_permission & PERM_READ)
 
+    async def change_role(self, role: str, broker_id: int) -> None:
+        """Switch between master and slave at runtime (no restart): a master takes writes, a slave refuses them;
+        the name servers learn the new id at once. The HA/controller issues drive this; the store keeps running."""
+        new = build_config(BrokerConfig, {**self.config_properties(), "brokerRole": role, "brokerId": str(broker_id)})
+        old = self.cfg
+        if (old.broker_role, old.broker_id) == (new.broker_role, new.broker_id):
+            return
+        self.cfg = dataclasses.replace(old, broker_role=new.broker_role, broker_id=new.broker_id)
+        self.log = structlog.get_logger("broker").bind(broker=self.cfg.identity)
+        self.log.info("broker_role_changed", old_role=old.broker_role, old_id=old.broker_id, role=role,
+                      broker_id=broker_id)
+        if not self.is_master():
+            self.pull.hold.wake_all()
+        await self.register_all()
+
     def health(self) -> tuple[str, str]:
         """(status, last error): an I/O error inside the store shows as 'degraded', contained to this broker."""
         err = self.store.last_error or self.last_error or ""

@@ -179,6 +179,23 @@ class BrokerContainer:
             if not self._stopping:
                 self._save_state()
 
+    async def change_role(self, identity: str, role: str, broker_id: int) -> str:
+        """Change a hosted broker's role/id at runtime; returns its new identity (cluster:name:id)."""
+        async with self._lock:
+            slot = self.brokers.get(identity)
+            if slot is None:
+                raise ContainerError(ResponseCode.BROKER_NOT_EXIST, f"broker {identity} does not exist in this container")
+            try:
+                await slot.broker.change_role(role, broker_id)
+            except ConfigError as e:
+                raise ContainerError(ResponseCode.SYSTEM_ERROR, str(e)) from e
+            new_identity = slot.broker.cfg.identity
+            if new_identity != identity:
+                if new_identity in self.brokers:
+                    raise ContainerError(ResponseCode.SYSTEM_ERROR, f"broker {new_identity} already exists")
+                self.brokers[new_identity] = self.brokers.pop(identity)
+            return new_identity
+
     # -- brokers added at runtime come back after a restart ------------------------------------------------
 
     def _load_state(self) -> list[str]:

@@ -144,6 +144,9 @@ class SendProcessor:
 
     def _check(self, cmd: RemotingCommand, h: SendHeader) -> RemotingCommand | TopicConfig:
         b = self.broker
+        if not b.is_master():  # as RocketMQ's store answers puts on a slave; clients retry another broker
+            return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE,
+                                f"the broker[{b.cfg.broker_name}:{b.cfg.broker_id}] is a slave, sending is not allowed")
         if not b.is_writeable():
             return cmd.response(ResponseCode.NO_PERMISSION,
                                 f"the broker[{b.cfg.broker_ip1}] sending message is forbidden")
