@@ -44,6 +44,8 @@ from brokerd.store.allocate import Allocator
 from brokerd.store.checkpoint import Checkpoint, load_checkpoint
 from brokerd.store.commit_log import CommitLog, CreateFileError, RecordTooLarge
 from brokerd.store.config import StoreConfig
+from brokerd.store.epoch import FILE_NAME as EPOCH_FILE_NAME
+from brokerd.store.epoch import EpochFile
 from brokerd.store.flags import NOT_WRITEABLE, WRITE_BLOCKERS, WRITE_LOGICS_QUEUE_ERROR, RunningFlags
 from brokerd.store.index import IndexService
 from brokerd.store.queue_store import ConsumeQueueStore, compute_tags_code, parse_for_dispatch
@@ -75,6 +77,7 @@ class MessageStore:
         self._init_components()
         self.checkpoint_path = self.root / "checkpoint"
         self.abort_path = self.root / "abort"
+        self.epochs = EpochFile(self.root / EPOCH_FILE_NAME)  # loaded by start(); see epoch.py
         self.running_flags = RunningFlags()
         self.last_error: str | None = None
         self.recovery: RecoveryResult | None = None
@@ -148,6 +151,8 @@ class MessageStore:
         abnormal = self.abort_path.exists() or cp is None or not cp.clean
         res = recover_commit_log(self.commit_log, cp, abnormal=abnormal)
         self.recovery = res
+        self.epochs.load()
+        self.epochs.truncate_suffix_by_offset(res.end + 1)  # epochs starting past the recovered log end
         self.queue_store.load()
         self.queue_store.recover(res.start)
         if self.index is not None:
@@ -545,6 +550,7 @@ class MessageStore:
 
     def truncate_dirty_files(self, offset: int) -> None:
         maintenance.truncate_dirty_files(self, offset)
+        self.epochs.truncate_suffix_by_offset(offset)
 
     def append_raw(self, offset: int, data: bytes | memoryview) -> int:
         return maintenance.append_raw(self, offset, data)
