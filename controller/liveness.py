@@ -102,6 +102,10 @@ class LivenessTracker:
             per_set = self.by_set[broker_name] = {}
         info = per_set.get(broker_id)
         timeout = timeout_ms if timeout_ms and timeout_ms > 0 else self.timeout_ms
+        if info is not None and info.alive and now - info.last_seen_ms > info.timeout_ms:
+            # past its deadline but not yet expired by the wheel: is_alive() already said dead (elections may have
+            # acted on it), so this heartbeat is a revival, not a refresh
+            self._die(info)
         if info is None or not info.alive:
             # new or revived: start from this heartbeat's data, as RocketMQ re-creates the live entry
             info = LiveInfo(cluster, broker_name, broker_id, address, now, timeout, epoch, max_offset,

@@ -98,3 +98,16 @@ def test_heartbeat_data_updates_only_forward_and_revival_resets() -> None:
     assert t.liveness("s", 1).max_offset == 7  # a restarted broker starts fresh
     t.forget("s")
     assert not t.is_alive("s", 1) and t.live_count == 0
+
+
+def test_heartbeat_after_the_deadline_is_a_revival_even_before_the_wheel_expires_it() -> None:
+    """is_alive() is deadline-based, so an election may already have treated the broker as dead; the next
+    heartbeat must then count as a revival (it triggers the election of a masterless set), not a refresh."""
+    clock = Clock()
+    t = LivenessTracker(clock, timeout_ms=1000)
+    assert t.heartbeat("c", "s", 2, "h:2", epoch=1, max_offset=10, confirm_offset=0, priority=0) is True
+    clock.now += 1001
+    assert not t.is_alive("s", 2)  # dead by deadline; the wheel has not ticked yet
+    assert t.heartbeat("c", "s", 2, "h:2", epoch=1, max_offset=11, confirm_offset=0, priority=0) is True
+    assert t.is_alive("s", 2) and t.live_count == 1
+    assert t.expire() == []  # the stale deadline was cancelled, the new one is in the future
