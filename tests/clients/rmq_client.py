@@ -23,7 +23,7 @@ import rocketmq.client as rc  # noqa: E402
 from rocketmq.ffi import _CConsumeStatus, dll  # noqa: E402
 
 E = os.environ
-NAMESRV = E.get("NAMESRV", "127.0.0.1:9876")
+NAMESRV = E.get("NAMESRV", "127.0.0.1:9876")  # port-ok: address data, nothing binds it
 TOPIC = E.get("TOPIC", "TestTopic")
 GROUP = E.get("GROUP", "test_group")
 COUNT = int(E.get("COUNT", "10"))
@@ -127,7 +127,7 @@ def push():
     c.start()
     done.wait(TIMEOUT)
     if E.get("LINGER_S"):
-        time.sleep(float(E["LINGER_S"]))  # let the 5 s offset-persist timer run before exiting
+        time.sleep(float(E["LINGER_S"]))  # sleep-ok: keep the client alive for its 5 s offset-persist timer
     distinct = len({d["props"]["seq"] for d in deliveries})
     emit({"recv_ok": distinct, "deliveries": len(deliveries)})
     # rocketmq-client-cpp 2.1.0 can crash in push-consumer shutdown (fixed upstream in 2.2.0)
@@ -156,7 +156,7 @@ def pull():
             got = True
             record(m, deliveries, done)
         if not got:
-            time.sleep(0.1)
+            time.sleep(0.1)  # sleep-ok: client-side pacing in the test client, not synchronisation
     emit({"recv_ok": len({d["props"]["seq"] for d in deliveries}), "deliveries": len(deliveries)})
     c.shutdown()
     return 0 if done.is_set() else 1

@@ -66,7 +66,7 @@ async def client() -> AsyncIterator[RemotingClient]:
     await c.close()
 
 
-async def register(c: RemotingClient, addr: str, name: str = "broker-a", broker_addr: str = "127.0.0.1:10911",
+async def register(c: RemotingClient, addr: str, name: str = "broker-a", broker_addr: str = "127.0.0.1:10911",  # port-ok: address data, nothing binds it
                    broker_id: int = 0, topics: dict[str, dict[str, Any]] | None = None,
                    compressed: bool = False) -> nsc.RegisterBrokerResult:
     return await nsc.register_broker(
@@ -118,7 +118,7 @@ async def raw_call(port: int, frame: bytes) -> tuple[dict[str, Any], bytes]:
     return header, payload[4 + hlen:]
 
 
-EXPECTED_ROUTE = (b'{"brokerDatas":[{"brokerAddrs":{"0":"127.0.0.1:10911"},"brokerName":"broker-a",'
+EXPECTED_ROUTE = (b'{"brokerDatas":[{"brokerAddrs":{"0":"127.0.0.1:10911"},"brokerName":"broker-a",'  # port-ok: address data, nothing binds it
                   b'"cluster":"DefaultCluster","enableActingMaster":false}],"filterServerTable":{},'
                   b'"queueDatas":[{"brokerName":"broker-a","perm":6,"readQueueNums":4,"topicSysFlag":0,'
                   b'"writeQueueNums":4}]}')
@@ -135,7 +135,7 @@ async def test_register_route_for_every_client_shape_then_unregister(namesrv: Na
     route = await nsc.get_route(client, addr, "TBW102")
     assert route is not None and route["queueDatas"][0]["perm"] == 7
     await nsc.unregister_broker(client, addr, cluster="DefaultCluster", broker_name="broker-a",
-                                broker_addr="127.0.0.1:10911", broker_id=0)
+                                broker_addr="127.0.0.1:10911", broker_id=0)  # port-ok: address data, nothing binds it
     header, body = await raw_call(server.port, cpp_route_frame("T1"))
     assert header["code"] == ResponseCode.TOPIC_NOT_EXIST
     assert header["remark"] == "No topic route info in name server for the topic: T1"
@@ -145,17 +145,17 @@ async def test_register_route_for_every_client_shape_then_unregister(namesrv: Na
 async def test_compressed_registration_and_slave_learns_master(namesrv: Namesrv, client: RemotingClient) -> None:
     _, _, addr = namesrv
     await register(client, addr, compressed=True)
-    res = await register(client, addr, broker_addr="127.0.0.2:10911", broker_id=1, compressed=True)
-    assert res == nsc.RegisterBrokerResult("127.0.0.1:10911", "127.0.0.1:10912")
+    res = await register(client, addr, broker_addr="127.0.0.2:10911", broker_id=1, compressed=True)  # port-ok: address data, nothing binds it
+    assert res == nsc.RegisterBrokerResult("127.0.0.1:10911", "127.0.0.1:10912")  # port-ok: address data, nothing binds it
     route = await nsc.get_route(client, addr, "T1")
-    assert route is not None and route["brokerDatas"][0]["brokerAddrs"] == {"0": "127.0.0.1:10911",
-                                                                             "1": "127.0.0.2:10911"}
+    assert route is not None and route["brokerDatas"][0]["brokerAddrs"] == {"0": "127.0.0.1:10911",  # port-ok: address data, nothing binds it
+                                                                             "1": "127.0.0.2:10911"}  # port-ok: address data, nothing binds it
     info = await nsc.get_cluster_info(client, addr)
     assert info["clusterAddrTable"] == {"DefaultCluster": ["broker-a"]}
 
 
 def _register_cmd(body: bytes | None, crc: int, **ext: str) -> Any:
-    fields = {"brokerAddr": "127.0.0.1:10911", "brokerId": "0", "brokerName": "broker-a",
+    fields = {"brokerAddr": "127.0.0.1:10911", "brokerId": "0", "brokerName": "broker-a",  # port-ok: address data, nothing binds it
               "clusterName": "DefaultCluster", "haServerAddr": "127.0.0.1:10912", "compressed": "false",
               "bodyCrc32": str(crc), **ext}
     return request(RequestCode.REGISTER_BROKER, fields, body)
@@ -182,7 +182,7 @@ async def test_bad_registrations_are_refused_and_change_nothing(namesrv: Namesrv
 async def test_connection_close_removes_exactly_its_brokers(namesrv: Namesrv, client: RemotingClient) -> None:
     svc, _, addr = namesrv
     pooled = RemotingClient()
-    await register(pooled, addr, "broker-a", "127.0.0.1:10911")
+    await register(pooled, addr, "broker-a", "127.0.0.1:10911")  # port-ok: address data, nothing binds it
     await register(pooled, addr, "broker-b", "127.0.0.1:20911")
     await register(client, addr, "broker-c", "127.0.0.1:30911")
     await pooled.close()
@@ -201,7 +201,7 @@ async def test_periodic_scan_expires_silent_brokers() -> None:
         addr = f"127.0.0.1:{server.port}"
         await register(c, addr)
         await nsc.broker_heartbeat(c, addr, cluster="DefaultCluster", broker_name="broker-a",
-                                   broker_addr="127.0.0.1:10911", broker_id=0)
+                                   broker_addr="127.0.0.1:10911", broker_id=0)  # port-ok: address data, nothing binds it
         clock.t += 120_000
         assert await nsc.get_route(c, addr, "T1") is not None  # not older than the timeout yet
         clock.t += 1
@@ -232,12 +232,12 @@ async def test_admin_topic_and_kv_requests(namesrv: Namesrv, client: RemotingCli
     assert await nsc.get_route(client, addr, "T2") is None
     resp = await client.invoke(addr, request(RequestCode.GET_BROKER_MEMBER_GROUP,
                                              {"clusterName": "DefaultCluster", "brokerName": "broker-a"}))
-    assert orjson.loads(resp.body or b"")["brokerMemberGroup"]["brokerAddrs"] == {"0": "127.0.0.1:10911"}
+    assert orjson.loads(resp.body or b"")["brokerMemberGroup"]["brokerAddrs"] == {"0": "127.0.0.1:10911"}  # port-ok: address data, nothing binds it
     changed, dv = await nsc.query_data_version(client, addr, cluster="DefaultCluster", broker_name="broker-a",
-                                               broker_addr="127.0.0.1:10911", broker_id=0, data_version=DV)
+                                               broker_addr="127.0.0.1:10911", broker_id=0, data_version=DV)  # port-ok: address data, nothing binds it
     assert (changed, dv) == (False, DV)
     changed, _ = await nsc.query_data_version(client, addr, cluster="DefaultCluster", broker_name="broker-a",
-                                              broker_addr="127.0.0.1:10911", broker_id=0,
+                                              broker_addr="127.0.0.1:10911", broker_id=0,  # port-ok: address data, nothing binds it
                                               data_version={**DV, "counter": 2})
     assert changed
     assert await nsc.get_kv_config(client, addr, "ORDER_TOPIC_CONFIG", "T1") is None

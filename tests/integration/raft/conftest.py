@@ -22,7 +22,7 @@ async def wait_until(cond: Callable[[], bool], timeout_s: float = 10.0, what: st
     while not cond():
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.005)
+        await asyncio.sleep(0.005)  # sleep-ok: poll interval of a deadline-bounded wait
 
 
 def bind_port0() -> socket.socket:

@@ -72,7 +72,7 @@ class FakeRaft:
         self.inflight += 1
         self.max_inflight = max(self.max_inflight, self.inflight)
         try:
-            await asyncio.sleep(0)  # commit happens "later", as with a real log
+            await asyncio.sleep(0)  # sleep-ok: commit happens on a later loop turn
             while self._gate is not None:
                 await self._gate.wait()
             if not self._leader:

@@ -26,7 +26,7 @@ async def wait_until(cond: Callable[[], bool], timeout: float = 5.0, what: str =
     while not cond():
         if time.monotonic() > end:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.005)
+        await asyncio.sleep(0.005)  # sleep-ok: poll interval of a deadline-bounded wait
 
 
 def make_config(**overrides: str) -> ControllerConfig:

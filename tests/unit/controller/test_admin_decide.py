@@ -59,10 +59,10 @@ def test_sync_state_data_body_shape() -> None:
     r = get_sync_state_data(image, live, ["b", "unknown"])
     assert r.code == RC.SUCCESS
     assert r.body == {"replicasInfoTable": {"b": {
-        "masterBrokerId": 1, "masterAddress": "10.0.0.1:10911", "masterEpoch": 1, "syncStateSetEpoch": 2,
+        "masterBrokerId": 1, "masterAddress": "10.0.0.1:10911", "masterEpoch": 1, "syncStateSetEpoch": 2,  # port-ok: address data, nothing binds it
         "inSyncReplicas": [
-            {"brokerName": "b", "brokerId": 1, "brokerAddress": "10.0.0.1:10911", "alive": True},
-            {"brokerName": "b", "brokerId": 2, "brokerAddress": "10.0.0.2:10911", "alive": False}],
+            {"brokerName": "b", "brokerId": 1, "brokerAddress": "10.0.0.1:10911", "alive": True},  # port-ok: address data, nothing binds it
+            {"brokerName": "b", "brokerId": 2, "brokerAddress": "10.0.0.2:10911", "alive": False}],  # port-ok: address data, nothing binds it
         "notInSyncReplicas": [
-            {"brokerName": "b", "brokerId": 3, "brokerAddress": "10.0.0.3:10911", "alive": True}],
+            {"brokerName": "b", "brokerId": 3, "brokerAddress": "10.0.0.3:10911", "alive": True}],  # port-ok: address data, nothing binds it
     }}}

@@ -29,10 +29,10 @@ def test_first_election_requester_wins_without_liveness() -> None:
     add_set(image, "b", 2)
     r = run(image, elect_master(image, ScriptedLiveness(), "b", 2, False, False))
     assert r.code == RC.SUCCESS
-    assert r.header == {"masterBrokerId": "2", "masterAddress": "10.0.0.2:10911", "masterEpoch": "1",
+    assert r.header == {"masterBrokerId": "2", "masterAddress": "10.0.0.2:10911", "masterEpoch": "1",  # port-ok: address data, nothing binds it
                         "syncStateSetEpoch": "1"}
     assert r.body == {"brokerMemberGroup": {"cluster": "c1", "brokerName": "b",
-                                            "brokerAddrs": {"1": "10.0.0.1:10911", "2": "10.0.0.2:10911"}},
+                                            "brokerAddrs": {"1": "10.0.0.1:10911", "2": "10.0.0.2:10911"}},  # port-ok: address data, nothing binds it
                       "syncStateSet": [2]}
 
 

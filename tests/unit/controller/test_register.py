@@ -32,11 +32,11 @@ def test_unknown_set_next_id_is_one_and_first_apply_must_be_one() -> None:
 def test_taken_id_is_refused_unless_same_check_code() -> None:
     image = ControllerImage()
     add_set(image, "b", 2)
-    same = apply_broker_id(image, "c1", "b", 2, "10.0.0.2:10911;2")
+    same = apply_broker_id(image, "c1", "b", 2, "10.0.0.2:10911;2")  # port-ok: address data, nothing binds it
     assert same.event is None and same.reply is not None and same.reply.code == RC.SUCCESS  # idempotent retry
-    other = apply_broker_id(image, "c1", "b", 2, "10.0.0.9:10911;9")
+    other = apply_broker_id(image, "c1", "b", 2, "10.0.0.9:10911;9")  # port-ok: address data, nothing binds it
     assert other.reply is not None and other.reply.code == RC.CONTROLLER_BROKER_ID_INVALID
-    assert image.sets["b"].brokers[2].address == "10.0.0.2:10911"
+    assert image.sets["b"].brokers[2].address == "10.0.0.2:10911"  # port-ok: address data, nothing binds it
 
 
 def test_racing_applications_for_one_id_only_one_wins() -> None:
@@ -74,12 +74,12 @@ def test_register_reports_master_only_when_alive_and_updates_address() -> None:
     add_set(image, "b", 2)
     assert run(image, elect_master(image, live, "b", 1, False, False)).code == RC.SUCCESS  # first election
     live.set_alive("b", 1, 2)
-    d = register_broker(image, live, "c1", "b", 2, "10.0.0.2:10911")
+    d = register_broker(image, live, "c1", "b", 2, "10.0.0.2:10911")  # port-ok: address data, nothing binds it
     assert d.event is None and d.reply is not None
-    assert d.reply.header["masterBrokerId"] == "1" and d.reply.header["masterAddress"] == "10.0.0.1:10911"
+    assert d.reply.header["masterBrokerId"] == "1" and d.reply.header["masterAddress"] == "10.0.0.1:10911"  # port-ok: address data, nothing binds it
     assert d.reply.header["masterEpoch"] == "1" and d.reply.body == {"syncStateSet": [1], "syncStateSetEpoch": 1}
     live.kill("b", 1)
-    r = run(image, register_broker(image, live, "c1", "b", 2, "10.0.0.2:10911"))
+    r = run(image, register_broker(image, live, "c1", "b", 2, "10.0.0.2:10911"))  # port-ok: address data, nothing binds it
     assert "masterBrokerId" not in r.header and "masterAddress" not in r.header
     # the master restarts on a new address: the event carries it and the reply shows it
     live.set_alive("b", 1)
@@ -87,7 +87,7 @@ def test_register_reports_master_only_when_alive_and_updates_address() -> None:
     assert isinstance(d.event, UpdateBrokerAddressEvent)
     r = run(image, d)
     assert r.header["masterAddress"] == "10.0.0.1:20000"
-    assert image.sets["b"].brokers[1].check_code == "10.0.0.1:10911;1"  # check code kept
+    assert image.sets["b"].brokers[1].check_code == "10.0.0.1:10911;1"  # check code kept  # port-ok: address data, nothing binds it
 
 
 def test_replica_info() -> None:
@@ -98,5 +98,5 @@ def test_replica_info() -> None:
     assert r.code == RC.SUCCESS and r.header == {"masterEpoch": "0"}
     run(image, elect_master(image, ScriptedLiveness(), "b", 2, False, False))
     r = get_replica_info(image, "b")
-    assert r.header == {"masterBrokerId": "2", "masterAddress": "10.0.0.2:10911", "masterEpoch": "1"}
+    assert r.header == {"masterBrokerId": "2", "masterAddress": "10.0.0.2:10911", "masterEpoch": "1"}  # port-ok: address data, nothing binds it
     assert r.body == {"syncStateSet": [2], "syncStateSetEpoch": 1}

@@ -34,14 +34,14 @@ async def register(h: Harness, name: str, broker_id: int, addr: str, cluster: st
 async def test_broker_startup_flow_over_the_wire(h: Harness) -> None:
     r = await h.call(Q.CONTROLLER_GET_NEXT_BROKER_ID, {"clusterName": "c1", "brokerName": "b"})
     assert r.code == RC.SUCCESS and r.ext["nextBrokerId"] == "1"
-    await register(h, "b", 1, "10.0.0.1:10911")
+    await register(h, "b", 1, "10.0.0.1:10911")  # port-ok: address data, nothing binds it
     r = await h.call(Q.CONTROLLER_GET_NEXT_BROKER_ID, {"clusterName": "c1", "brokerName": "b"})
     assert r.ext["nextBrokerId"] == "2"
     r = await h.call(Q.CONTROLLER_ELECT_MASTER, {"clusterName": "c1", "brokerName": "b", "brokerId": "1"})
     assert r.code == RC.SUCCESS and r.ext["masterBrokerId"] == "1" and r.ext["masterEpoch"] == "1"
-    assert orjson.loads(r.body or b"")["brokerMemberGroup"]["brokerAddrs"] == {"1": "10.0.0.1:10911"}
+    assert orjson.loads(r.body or b"")["brokerMemberGroup"]["brokerAddrs"] == {"1": "10.0.0.1:10911"}  # port-ok: address data, nothing binds it
     r = await h.call(Q.CONTROLLER_GET_REPLICA_INFO, {"brokerName": "b"})
-    assert r.code == RC.SUCCESS and r.ext["masterAddress"] == "10.0.0.1:10911"
+    assert r.code == RC.SUCCESS and r.ext["masterAddress"] == "10.0.0.1:10911"  # port-ok: address data, nothing binds it
     assert orjson.loads(r.body or b"") == {"syncStateSet": [1], "syncStateSetEpoch": 1}
     assert h.raft.read_index_calls >= 2  # consistent reads went through ReadIndex (the default mode)
 

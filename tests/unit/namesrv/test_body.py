@@ -136,7 +136,7 @@ def test_encode_accepts_topic_config_objects() -> None:
 
 
 def test_lenient_reader() -> None:
-    assert loads(b'{0:"10.0.0.1:10911",1:\'x\',}') == {"0": "10.0.0.1:10911", "1": "x"}
+    assert loads(b'{0:"10.0.0.1:10911",1:\'x\',}') == {"0": "10.0.0.1:10911", "1": "x"}  # port-ok: address data, nothing binds it
     assert loads('{"a":[1,,2,],"b":-1.5e3,"c":null,"d":"\\u00e9\\n"}') == {"a": [1, 2], "b": -1500.0, "c": None,
                                                                            "d": "é\n"}
     for bad in (b"{", b'{"a" 1}', b"[1,2", b"{a:b}", b'"abc', b"1 2"):

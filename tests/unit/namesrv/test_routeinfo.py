@@ -9,9 +9,9 @@ import orjson
 from brokerd.namesrv.body import PERM_INHERIT, PERM_READ, PERM_WRITE, DataVersion, TopicConfig, dumps
 from brokerd.namesrv.routeinfo import BrokerRegistration, QueueData, RegisterResult, RouteInfoManager
 
-A0 = "10.0.0.1:10911"
-A1 = "10.0.0.2:10911"
-B0 = "10.0.0.3:10911"
+A0 = "10.0.0.1:10911"  # port-ok: address data, nothing binds it
+A1 = "10.0.0.2:10911"  # port-ok: address data, nothing binds it
+B0 = "10.0.0.3:10911"  # port-ok: address data, nothing binds it
 DV1 = DataVersion(1, 0, 100)
 
 
@@ -52,7 +52,7 @@ def test_master_registration_creates_route_with_quoted_keys() -> None:
                         "writeQueueNums": 4}],
     }
     raw = dumps(route)
-    assert b'"brokerAddrs":{"0":"10.0.0.1:10911"}' in raw
+    assert b'"brokerAddrs":{"0":"10.0.0.1:10911"}' in raw  # port-ok: address data, nothing binds it
     assert raw.index(b'"brokerDatas"') < raw.index(b'"filterServerTable"') < raw.index(b'"queueDatas"')
     assert m.topic_route("nope") is None
 
@@ -229,7 +229,7 @@ def test_cluster_info_topic_lists_and_member_group() -> None:
     info = m.cluster_info()
     assert info["clusterAddrTable"] == {"DefaultCluster": ["broker-a"], "C2": ["broker-b"]}
     assert info["brokerAddrTable"]["broker-a"]["brokerAddrs"] == {"0": A0, "1": A1}
-    assert b'"brokerAddrs":{"0":"10.0.0.1:10911","1":"10.0.0.2:10911"}' in dumps(info)
+    assert b'"brokerAddrs":{"0":"10.0.0.1:10911","1":"10.0.0.2:10911"}' in dumps(info)  # port-ok: address data, nothing binds it
     assert m.all_topics() == ["T1", "TBW102", "Tb"]
     assert m.topics_by_cluster("C2") == ["TBW102", "Tb"]
     assert m.topics_by_cluster("nope") == []
