@@ -7,7 +7,8 @@ and only then deletes older segments, so a crash leaves either the old or the ne
 
 Recovery (`open`): segments are replayed in order; a bad or short record at the end of the *last*
 segment is a torn write and is truncated away (and the truncation fsynced); anywhere else it is
-corruption and `StorageCorruptionError` is raised.
+corruption and `StorageCorruptionError` is raised. Every recovered segment is then fsynced: records that
+survived a process crash only in the page cache become durable before the node acknowledges them.
 
 Not thread-safe: one writer at a time (the driver serialises all disk work through one task).
 """
@@ -115,9 +116,24 @@ class WriteAheadLog:
             self._seq = 1
         path = self._segment(self._seq)
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        if not segments and self.fsync:
-            fsync_dir(self.dir)
+        if self.fsync:
+            if not segments:
+                fsync_dir(self.dir)
+            # What we just read may sit only in the page cache (appends written without fsync, or the
+            # write of a Ready the process died in). The core treats every recovered entry as stable
+            # and acknowledges it to leaders, so it must be durable before anything is sent: otherwise
+            # a later power loss could drop an entry a leader already counted toward a commit.
+            for _, seg in segments:
+                self._fsync_path(seg)
         return state
+
+    @staticmethod
+    def _fsync_path(path: Path) -> None:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
     def _truncate(self, path: Path, valid: int, size: int) -> None:
         self.truncated_bytes = size - valid

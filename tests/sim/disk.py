@@ -3,7 +3,8 @@
 Operations arrive as `storage.plan_ready`/`plan_checkpoint` plans (the same plans the real driver
 executes). While an operation is in flight nothing of it is durable; a crash keeps a random prefix of
 its records (a torn write is truncated to whole records by the real WAL's CRC check). Records appended
-without fsync may also be lost at a crash, except those followed by a synced append.
+without fsync may also be lost at a crash, except those followed by a synced append; whatever a restart
+recovers is durable (the WAL fsyncs it when opened).
 """
 
 from __future__ import annotations
@@ -73,7 +74,12 @@ class SimDisk:
                 return
 
     def load(self) -> RecoveredState:
-        """Recover like the driver does, including its WAL rewrite when the image is ahead of the WAL."""
+        """Recover like the driver does, including its WAL rewrite when the image is ahead of the WAL.
+
+        `WriteAheadLog.open` fsyncs what it recovered, so every record that survived the crash (kept
+        unsynced records and a kept prefix of the interrupted write) is durable from here on.
+        """
+        self.synced_len = len(self.records)
         st = recover(self.image, replay(self.records))
         if st.rewrite is not None:
             self.records = list(st.rewrite)
