@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import random
 import signal
 import socket
 import subprocess
@@ -29,17 +30,38 @@ def port_free(port: int) -> bool:
     return True
 
 
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            lo, hi = (int(x) for x in f.read().split())
+            return lo, hi
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+_RNG = random.Random()
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A free port outside the kernel's ephemeral range, never handed out before in this process: the daemons bind
+    it later, and no kernel-chosen port (an outgoing connection, a bind to port 0) can take it in between."""
+    lo, hi = _ephemeral_range()
+    low_band = (10000, lo - 1) if lo - 1 > 12000 else (hi + 1, 65000)
+    for _ in range(2000):
+        p = _RNG.randrange(*low_band)
+        if p not in _handed_out and port_free(p):
+            _handed_out.add(p)
+            return p
+    raise RuntimeError("no free port")
 
 
 def broker_port() -> int:
     """A port p with p, p-2 and p+1 free (main, fast and HA ports)."""
-    for _ in range(200):
+    for _ in range(2000):
         p = free_port()
-        if p > 1030 and port_free(p - 2) and port_free(p + 1):
+        if p - 2 not in _handed_out and p + 1 not in _handed_out and port_free(p - 2) and port_free(p + 1):
+            _handed_out.update((p - 2, p + 1))
             return p
     raise RuntimeError("no free broker port triple")
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import struct
 import sys
 from collections.abc import AsyncIterator, Callable
@@ -21,6 +20,7 @@ from brokerd.namesrv import client as nsc
 from brokerd.namesrv.body import DataVersion, crc32, dumps, encode_register_body
 from brokerd.namesrv.service import NamesrvConfig, NamesrvService, start_server
 from brokerd.remoting import RemotingClient, RemotingServer, RequestCode, ResponseCode, request
+from tests.support import free_port
 
 TOPICS = {
     "TBW102": {"topicName": "TBW102", "readQueueNums": 8, "writeQueueNums": 8, "perm": 7,
@@ -264,9 +264,7 @@ async def test_topic_list_can_be_disabled() -> None:
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_port()  # outside the kernel's ephemeral range (tests/support.py)
 
 
 def _mqnamesrv() -> list[str]:

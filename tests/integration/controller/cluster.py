@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from brokerd.remoting.connection import ConnectionClosed, RemotingTimeout
 from controller.client import ControllerClient, ControllerError
+from tests.support import free_port
 
 REPO = pathlib.Path(__file__).resolve().parents[3]
 
@@ -29,12 +30,10 @@ def _port_free(port: int) -> bool:
 
 
 def free_ports(n: int, offset: int) -> list[int]:
-    """n ports p (kernel-chosen) such that p + offset is free too (the Raft port)."""
+    """n free ports p such that p + offset is free too (the Raft port)."""
     out: list[int] = []
     while len(out) < n:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("127.0.0.1", 0))
-            p = int(s.getsockname()[1])
+        p = free_port()  # outside the ephemeral range: nothing the kernel picks can take it before the daemon binds
         if p + offset < 65536 and p not in out and _port_free(p + offset):
             out.append(p)
     return out

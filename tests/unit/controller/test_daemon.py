@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pathlib
-import socket
 
 from brokerd.remoting.client import RemotingClient
 from brokerd.remoting.codes import RequestCode as Q
@@ -13,13 +12,12 @@ from controller.config import ControllerConfig, config_from_properties
 from controller.daemon import ControllerDaemon
 from controller.raft_port import RaftLike
 from controller.statemachine.machine import ControllerStateMachine
+from tests.support import free_port
 from tests.unit.controller.fake_raft import FakeRaft
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_port()  # outside the kernel's ephemeral range (tests/support.py)
 
 
 async def test_daemon_serves_controller_and_namesrv_roles(tmp_path: pathlib.Path) -> None:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from brokerd.store.allocate import STAGING_DIR, Allocator
 from brokerd.store.message_store import GetMessageStatus, MessageStore
+from tests.support import wait_for
 
 from .conftest import StoreFactory, config, crash, make_msg
 
@@ -36,10 +37,17 @@ def test_discarded_and_leftover_staged_files_are_removed(tmp_path: Path) -> None
     for q in range(4):
         alloc.request(tmp_path / "consumequeue" / "T" / str(q) / "00000000000000000000", 0, 2000, populate=0)
     alloc.discard(tmp_path / "consumequeue" / "T")
-    alloc.request(tmp_path / "commitlog" / "00000000000000000000", 0, 4096, populate=0)
     assert alloc.take(tmp_path / "consumequeue" / "T" / "0" / "00000000000000000000") is None
-    Allocator(tmp_path).reset()  # what a restart does with files a crash left staged
-    assert not (tmp_path / STAGING_DIR).exists()
+    staging = tmp_path / STAGING_DIR
+    # a discarded request the worker had already started is deleted when it completes
+    wait_for(lambda: not staging.exists() or not any(staging.iterdir()), 10, "discarded staged files deleted")
+    # what a crash leaves staged is removed by the next start
+    leftover = tmp_path / "commitlog" / "00000000000000000000"
+    alloc.request(leftover, 0, 4096, populate=0)
+    alloc._pending[leftover].result()  # the staged file exists, never taken: the process "dies" here
+    assert any(staging.iterdir())
+    Allocator(tmp_path).reset()
+    assert not staging.exists()
 
 
 async def test_prepared_topic_files_are_used_and_a_crash_with_staged_files_recovers_cleanly(
