@@ -8,15 +8,13 @@ from typing import TYPE_CHECKING
 
 from brokerd import message as m
 from brokerd.message import MessageInner
+from brokerd.metadata.names import RMQ_SYS_SCHEDULE_TOPIC
 from brokerd.store.message_store import GetMessageStatus, PutStatus
 
 if TYPE_CHECKING:
     from brokerd.broker import Broker
 
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
-_TXN_MASK = 0xC
-_TXN_PREPARED = 0x4
-_TXN_ROLLBACK = 0xC
+SCHEDULE_TOPIC = RMQ_SYS_SCHEDULE_TOPIC
 
 
 def now_ms() -> int:
@@ -40,8 +38,8 @@ class ScheduleService:
             level = int(raw)
         except ValueError:
             return
-        txn = msg.sys_flag & _TXN_MASK
-        if level <= 0 or txn in (_TXN_PREPARED, _TXN_ROLLBACK):
+        txn = msg.sys_flag & m.TRANSACTION_TYPE_MASK
+        if level <= 0 or txn in (m.TRANSACTION_PREPARED_TYPE, m.TRANSACTION_ROLLBACK_TYPE):
             return
         level = min(level, len(self.levels))
         msg.properties[m.DELAY] = str(level)

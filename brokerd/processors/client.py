@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from brokerd.metadata.names import retry_topic
 from brokerd.remoting.codes import ResponseCode
 from brokerd.remoting.command import RemotingCommand, request
 from brokerd.remoting.connection import Connection
@@ -14,7 +15,6 @@ from brokerd.remoting.connection import Connection
 if TYPE_CHECKING:
     from brokerd.broker import Broker
 
-RETRY_PREFIX = "%RETRY%"
 
 
 def _mq_list(items: Any) -> list[tuple[str, str, int]]:
@@ -60,8 +60,8 @@ class ClientProcessor:
             sg = b.meta.subscriptions.find_or_create(group)
             if sg is None:
                 continue
-            if sg.retry_queue_nums > 0 and b.meta.topics.get(RETRY_PREFIX + group) is None:
-                b.meta.topics.create_topic_in_send_back_method(RETRY_PREFIX + group, sg.retry_queue_nums, 6, 0)
+            if sg.retry_queue_nums > 0 and b.meta.topics.get(retry_topic(group)) is None:
+                b.meta.topics.create_topic_in_send_back_method(retry_topic(group), sg.retry_queue_nums, 6, 0)
             b.consumers.register(conn, client_id, cd, cmd.language, cmd.version)
         for pd in data.get("producerDataSet") or []:
             if isinstance(pd, dict) and pd.get("groupName"):

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from brokerd import message as m
 from brokerd.message import MessageInner
+from brokerd.metadata.names import RETRY_GROUP_TOPIC_PREFIX, RMQ_SYS_SCHEDULE_TOPIC, dlq_topic
 from brokerd.metadata.topic import PERM_WRITE, TopicConfig, validate_topic
 from brokerd.remoting.codes import ResponseCode
 from brokerd.remoting.command import HeaderError, RemotingCommand
@@ -19,10 +20,7 @@ from brokerd.store.message_store import PutMessageResult, PutStatus
 if TYPE_CHECKING:
     from brokerd.broker import Broker
 
-RETRY_PREFIX = "%RETRY%"
-DLQ_PREFIX = "%DLQ%"
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
-NOT_ALLOWED_SEND_TOPICS = frozenset({SCHEDULE_TOPIC, "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+NOT_ALLOWED_SEND_TOPICS = frozenset({RMQ_SYS_SCHEDULE_TOPIC, "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC",
                                      "RMQ_SYS_TRACE_TOPIC_NOT_ALLOWED"})
 # Field keys of SendMessageRequestHeader (code 10) and SendMessageRequestHeaderV2 (310/320), in the same order.
 V1_FIELDS = ("producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag", "bornTimestamp",
@@ -135,7 +133,7 @@ class SendProcessor:
             return self._send_batch(conn, cmd, h, tc, queue_id, body)
         props = m.decode_properties(h.properties)
         topic = h.topic
-        if topic.startswith(RETRY_PREFIX):
+        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             topic, queue_id, dlq_err = self._retry_or_dlq(cmd, h, topic, queue_id, props)
             if dlq_err is not None:
                 return dlq_err
@@ -162,7 +160,7 @@ class SendProcessor:
         topics = b.meta.topics
         tc = topics.get(h.topic)
         if tc is None:
-            if h.topic.startswith(RETRY_PREFIX):
+            if h.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
                 tc = topics.create_topic_in_send_back_method(h.topic, 1, 6, 0)
             else:
                 tc = topics.create_topic_in_send_message_method(
@@ -176,14 +174,14 @@ class SendProcessor:
 
     def _retry_or_dlq(self, cmd: RemotingCommand, h: SendHeader, topic: str, queue_id: int,
                       props: dict[str, str]) -> tuple[str, int, RemotingCommand | None]:
-        group = topic[len(RETRY_PREFIX):]
+        group = topic[len(RETRY_GROUP_TOPIC_PREFIX):]
         sg = self.broker.meta.subscriptions.find_or_create(group)
         if sg is None:
             return topic, queue_id, cmd.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
                                                  f"subscription group not exist, {group}")
         max_times = h.max_reconsume_times if h.max_reconsume_times is not None else sg.retry_max_times
         if h.reconsume_times > max_times or self.broker.locks.has_live_locks(group):
-            dlq = DLQ_PREFIX + group
+            dlq = dlq_topic(group)
             self.broker.meta.topics.create_topic_in_send_back_method(dlq, 1, 6, 0)
             props.pop(m.DELAY, None)
             return dlq, 0, None
@@ -203,7 +201,7 @@ class SendProcessor:
 
     def _send_batch(self, conn: Connection, cmd: RemotingCommand, h: SendHeader, tc: TopicConfig, queue_id: int,
                     body: bytes) -> RemotingCommand | object:
-        if h.topic.startswith(RETRY_PREFIX):
+        if h.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             return cmd.response(ResponseCode.MESSAGE_ILLEGAL, "batch request does not support retry group "
                                 + h.topic)
         try:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from brokerd import message as m
 from brokerd.message import MessageInner
+from brokerd.metadata.names import dlq_topic, retry_topic
 from brokerd.metadata.topic import PERM_WRITE
 from brokerd.remoting.codes import ResponseCode
 from brokerd.remoting.command import RemotingCommand
@@ -36,10 +37,10 @@ class SendBackProcessor:
             return cmd.response(ResponseCode.NO_PERMISSION, f"the broker[{b.cfg.broker_ip1}] sending message is forbidden")
         if sg.retry_queue_nums <= 0:
             return cmd.response()
-        retry_topic = "%RETRY%" + group
-        tc = b.meta.topics.create_topic_in_send_back_method(retry_topic, sg.retry_queue_nums, 6, 0)
+        retry = retry_topic(group)
+        tc = b.meta.topics.create_topic_in_send_back_method(retry, sg.retry_queue_nums, 6, 0)
         if not tc.perm & PERM_WRITE:
-            return cmd.response(ResponseCode.NO_PERMISSION, f"the topic[{retry_topic}] sending message is forbidden")
+            return cmd.response(ResponseCode.NO_PERMISSION, f"the topic[{retry}] sending message is forbidden")
         raw = b.store.look_message_by_offset(phys)
         if raw is None:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {phys}")
@@ -52,9 +53,9 @@ class SendBackProcessor:
         mrt = cmd.ext.get("maxReconsumeTimes")
         max_times = int(mrt) if mrt and mrt.lstrip("-").isdigit() and cmd.version >= 121 else sg.retry_max_times
         reconsume = orig.reconsume_times
-        topic, queue_id = retry_topic, random.randrange(max(tc.write_queue_nums, 1))
+        topic, queue_id = retry, random.randrange(max(tc.write_queue_nums, 1))
         if reconsume >= max_times or delay_level < 0:
-            topic, queue_id = "%DLQ%" + group, 0
+            topic, queue_id = dlq_topic(group), 0
             b.meta.topics.create_topic_in_send_back_method(topic, 1, 6, 0)
         else:
             level = delay_level if delay_level > 0 else 3 + reconsume
