@@ -89,7 +89,10 @@ class Broker:
         self.dispatcher = Dispatcher(cfg.identity)
         self.fast_dispatcher = Dispatcher(cfg.identity + ":fast")
         self.pull = PullProcessor(self)
-        for proc in (SendProcessor(self), self.pull, OffsetProcessor(self), ClientProcessor(self),
+        send = SendProcessor(self)
+        self.send_lane = send.lane
+        self.dispatcher.lane = self.fast_dispatcher.lane = send.lane
+        for proc in (send, self.pull, OffsetProcessor(self), ClientProcessor(self),
                      SendBackProcessor(self), QueryProcessor(self), AdminProcessor(self)):
             table: dict[int, Handler] = proc.handlers()  # type: ignore[assignment]
             self.dispatcher.register_all(table)
@@ -130,6 +133,8 @@ class Broker:
 
     def on_change(self, change: MetadataChange) -> None:
         if change.kind == "topic":
+            if self.send_lane is not None:
+                self.send_lane.forget(change.key)
             tc = self.meta.topics.get(change.key) if change.op == "put" else None
             if tc is not None:  # create its files off the loop thread before the first send needs them
                 self.store.prepare_topic(tc.topic_name, max(tc.read_queue_nums, tc.write_queue_nums))

@@ -10,11 +10,13 @@ from typing import TYPE_CHECKING
 
 from brokerd import message as m
 from brokerd.message import MessageInner
+from brokerd.native import native
 from brokerd.metadata.names import RETRY_GROUP_TOPIC_PREFIX, RMQ_SYS_SCHEDULE_TOPIC, dlq_topic
 from brokerd.metadata.topic import PERM_WRITE, TopicConfig, validate_topic
 from brokerd.remoting.codes import ResponseCode
 from brokerd.remoting.command import HeaderError, RemotingCommand
 from brokerd.remoting.connection import Connection
+from brokerd.processors.send_lane import SendLane
 from brokerd.store.message_store import PutMessageResult, PutStatus
 
 if TYPE_CHECKING:
@@ -101,6 +103,7 @@ class SendProcessor:
         self.store_host = (broker.cfg.broker_ip1, broker.cfg.listen_port)
         self._valid_topics: set[str] = set()
         self._tag_codes: dict[str, int] = {}
+        self.lane = SendLane(broker, NOT_ALLOWED_SEND_TOPICS) if native is not None else None
 
     def tags_code(self, tags: str | None) -> int:
         if not tags:
@@ -138,7 +141,10 @@ class SendProcessor:
             if dlq_err is not None:
                 return dlq_err
         msg = self._build(conn, h, topic, queue_id, body, props)
-        return self._store(cmd, h, [msg], queue_id)
+        res = self._store(cmd, h, [msg], queue_id)
+        if self.lane is not None and msg.topic is h.topic:  # a plain message: the next ones can take the C lane
+            self.lane.admit(msg.topic, tc, queue_id)
+        return res
 
     def _check(self, cmd: RemotingCommand, h: SendHeader) -> RemotingCommand | TopicConfig:
         b = self.broker

@@ -8,10 +8,12 @@ with string extFields values, which every client can read.
 from __future__ import annotations
 
 import struct
+import zlib
 from typing import Any
 
 import orjson
 
+from brokerd.native import native
 from brokerd.remoting.command import RemotingCommand
 
 MAX_FRAME = 16 * 1024 * 1024
@@ -28,6 +30,12 @@ _BIN_FIXED = struct.Struct(">hBhiii")
 
 class FrameError(Exception):
     """The byte stream is not a valid frame; the connection must be closed."""
+
+
+if native is not None:
+    native.setup(RemotingCommand, LANGUAGES, zlib.crc32)
+_native_decode = native.decode_frame if native is not None else None
+_native_head = native.encode_head if native is not None else None
 
 
 def _coerce(v: Any) -> str | None:
@@ -158,16 +166,20 @@ def encode_header(cmd: RemotingCommand) -> bytes:
 
 def encode(cmd: RemotingCommand) -> bytes:
     """Encode with a JSON header. extFields values must already be strings."""
-    header = encode_header(cmd)
-    body = cmd.body or b""
-    return _PREFIX.pack(4 + len(header) + len(body), len(header)) + header + body
+    head, body = encode_parts(cmd)
+    return head + body if body else head
 
 
 def encode_parts(cmd: RemotingCommand) -> tuple[bytes, bytes | memoryview | None]:
     """Prefix+header and body separately, so a large body is not copied (writelines)."""
-    header = encode_header(cmd)
     body = cmd.body
     blen = len(body) if body else 0
+    if _native_head is not None:
+        head: bytes | None = _native_head(cmd.code, cmd.opaque, cmd.flag, cmd.language, cmd.version, cmd.remark,
+                                          cmd.ext, blen)
+        if head is not None:
+            return head, body
+    header = encode_header(cmd)
     return _PREFIX.pack(4 + len(header) + blen, len(header)) + header, body
 
 
@@ -198,26 +210,46 @@ class FrameDecoder:
         self.max_frame = max_frame
 
     def feed(self, data: bytes) -> list[RemotingCommand]:
-        buf = self._buf
-        buf += data
+        buf = self.append(data)
         out: list[RemotingCommand] = []
         pos = 0
-        n = len(buf)
-        mv = memoryview(buf)
         try:
-            while n - pos >= 4:
-                (total,) = _I32.unpack_from(buf, pos)
-                if total < 4 or total > self.max_frame:
-                    raise FrameError(f"frame length {total} out of range (4..{self.max_frame})")
-                if n - pos - 4 < total:
+            while True:
+                cmd, pos = self.next(buf, pos)
+                if cmd is None:
                     break
-                out.append(decode_payload(mv[pos + 4:pos + 4 + total]))
-                pos += 4 + total
+                out.append(cmd)
         finally:
-            mv.release()
-        if pos:
-            del buf[:pos]
+            self.consumed(pos)
         return out
+
+    def append(self, data: bytes) -> bytearray:
+        """Add received bytes; returns the buffer to read frames from with ``next`` (then call ``consumed``)."""
+        self._buf += data
+        return self._buf
+
+    def next(self, buf: bytearray, pos: int) -> tuple[RemotingCommand | None, int]:
+        """The command of the complete frame at ``buf[pos:]`` and the position after it; (None, pos) when the
+        frame is not complete yet. Raises FrameError on a malformed stream."""
+        if _native_decode is not None:
+            hit = _native_decode(buf, pos, self.max_frame)
+            if hit is not None:
+                return hit  # type: ignore[no-any-return]
+        n = len(buf)
+        if n - pos < 4:
+            return None, pos
+        (total,) = _I32.unpack_from(buf, pos)
+        if total < 4 or total > self.max_frame:
+            raise FrameError(f"frame length {total} out of range (4..{self.max_frame})")
+        if n - pos - 4 < total:
+            return None, pos
+        with memoryview(buf) as mv:
+            return decode_payload(mv[pos + 4:pos + 4 + total]), pos + 4 + total
+
+    def consumed(self, pos: int) -> None:
+        """Drop the first ``pos`` bytes (the frames read with ``next``)."""
+        if pos:
+            del self._buf[:pos]
 
     @property
     def buffered(self) -> int:

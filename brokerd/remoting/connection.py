@@ -16,11 +16,14 @@ import structlog
 
 from brokerd.remoting.codec import MAX_FRAME, FrameDecoder, FrameError, encode, encode_parts
 from brokerd.remoting.codes import ResponseCode
-from brokerd.remoting.command import FLAG_ONEWAY, HeaderError, RemotingCommand
+from brokerd.remoting.command import FLAG_ONEWAY, FLAG_RESPONSE, HeaderError, RemotingCommand
 
 log = structlog.get_logger("remoting")
 
 HandlerResult = RemotingCommand | None | Awaitable[RemotingCommand | None]
+# A fast lane for a dispatcher: (connection, buffer, position, response list) -> new position. It handles the
+# requests it can from the position on, appends their response frames, and stops at the first it cannot.
+Lane = Callable[["Connection", bytearray, int, list[bytes | memoryview]], int]
 
 
 class Handler(Protocol):
@@ -49,6 +52,7 @@ class Dispatcher:
         self.name = name
         self.handlers: dict[int, Handler] = {}
         self.default: Handler | None = None
+        self.lane: Lane | None = None
 
     def register(self, code: int, handler: Handler) -> None:
         self.handlers[code] = handler
@@ -98,20 +102,34 @@ class Connection(asyncio.Protocol):
             self.local_addr = (sock[0], sock[1])
 
     def data_received(self, data: bytes) -> None:
+        dec = self._decoder
+        buf = dec.append(data)
+        lane = self.dispatcher.lane if self.dispatcher is not None else None
+        out: list[bytes | memoryview] = []
+        pos = 0
         try:
-            cmds = self._decoder.feed(data)
+            while True:
+                if lane is not None:  # common-case sends in C, up to the first request it does not take
+                    pos = lane(self, buf, pos, out)
+                cmd, pos = dec.next(buf, pos)
+                if cmd is None:
+                    break
+                if cmd.flag & FLAG_RESPONSE:
+                    fut = self.pending.pop(cmd.opaque, None)
+                    if fut is not None and not fut.done():
+                        fut.set_result(cmd)
+                    continue
+                self._dispatch(cmd, out)
         except FrameError as e:
             log.warning("frame_rejected", remote=f"{self.remote_addr[0]}:{self.remote_addr[1]}", reason=str(e))
+            self._write_out(out)  # answers to the requests before the bad frame, then close
             self.close()
             return
-        out: list[bytes | memoryview] = []
-        for cmd in cmds:
-            if cmd.is_response:
-                fut = self.pending.pop(cmd.opaque, None)
-                if fut is not None and not fut.done():
-                    fut.set_result(cmd)
-                continue
-            self._dispatch(cmd, out)
+        finally:
+            dec.consumed(pos)
+        self._write_out(out)
+
+    def _write_out(self, out: list[bytes | memoryview]) -> None:
         if out and self.transport is not None and not self.transport.is_closing():
             self.transport.writelines(out)
 

@@ -104,6 +104,7 @@ class MessageStore:
 
     def _init_components(self) -> None:
         cfg = self.cfg
+        self.layout_generation = getattr(self, "layout_generation", 0) + 1  # the send lane rebinds on a change
         self.allocator = Allocator(self.root)
         self.commit_log = CommitLog(self.root / "commitlog", cfg.mapped_file_size_commit_log, self.store_host,
                                     warm=cfg.warm_mapped_file_enable)  # fmt: skip
@@ -403,6 +404,7 @@ class MessageStore:
     def _rebuild_next_offsets(self) -> None:
         """Next queue offsets = consume-queue ends, raised by records not dispatched yet."""
         self._next_qoff = {k: cq.max_offset for k, cq in self.queue_store.queues.items()}
+        self.layout_generation += 1
         for _phys, f, pos, size in self.commit_log.walk(self._dispatched, self._valid_end):
             if size > 0:
                 info = parse_for_dispatch(f.mm, pos, size)
@@ -528,6 +530,7 @@ class MessageStore:
     # ================================================================ maintenance (see maintenance.py)
 
     def delete_topic(self, topic: str) -> int:
+        self.layout_generation += 1  # its consume queues are destroyed: the send lane must not keep them
         for key in [k for k in self._next_qoff if k[0] == topic]:
             del self._next_qoff[key]
         return self.queue_store.delete_topic(topic)
