@@ -9,16 +9,20 @@ environment turns the C module off (tests run both ways).
 
 from __future__ import annotations
 
+import importlib
 import os
 from types import ModuleType
 
-native: ModuleType | None
-if os.environ.get("BROKERD_NATIVE", "1") == "0":
-    native = None
-else:
+
+def _load() -> ModuleType | None:
+    if os.environ.get("BROKERD_NATIVE", "1") == "0":
+        return None
     try:
-        from brokerd import _native as native
+        return importlib.import_module("brokerd._native")
     except ImportError:  # not built (no compiler at install time)
-        native = None
+        return None
+
+
+native = _load()
 
 IMPLEMENTATION = "c" if native is not None else "python"

@@ -17,6 +17,7 @@ from brokerd.broker_config import BrokerConfig, load_broker_config
 from brokerd.config_file import ConfigError
 from brokerd.logging_setup import ROUTER
 from brokerd.namesrv.service import NamesrvConfig, NamesrvService
+from brokerd.native import IMPLEMENTATION
 from brokerd.remoting.client import RemotingClient
 from brokerd.remoting.codes import ResponseCode
 from brokerd.remoting.connection import Dispatcher
@@ -87,7 +88,8 @@ class BrokerContainer:
                 if path in self.cfg.broker_paths:
                     raise
                 log.error("restore_added_broker_failed", path=path, error=str(e))
-        log.info("container_started", admin_port=self.admin_server.port, brokers=sorted(self.brokers))
+        log.info("container_started", admin_port=self.admin_server.port, brokers=sorted(self.brokers),
+                 hot_path=IMPLEMENTATION)
 
     async def stop(self) -> None:
         self._stopping = True

@@ -10,13 +10,13 @@ from typing import TYPE_CHECKING
 
 from brokerd import message as m
 from brokerd.message import MessageInner
-from brokerd.native import native
 from brokerd.metadata.names import RETRY_GROUP_TOPIC_PREFIX, RMQ_SYS_SCHEDULE_TOPIC, dlq_topic
 from brokerd.metadata.topic import PERM_WRITE, TopicConfig, validate_topic
+from brokerd.native import native
+from brokerd.processors.send_lane import SendLane
 from brokerd.remoting.codes import ResponseCode
 from brokerd.remoting.command import HeaderError, RemotingCommand
 from brokerd.remoting.connection import Connection
-from brokerd.processors.send_lane import SendLane
 from brokerd.store.message_store import PutMessageResult, PutStatus
 
 if TYPE_CHECKING:

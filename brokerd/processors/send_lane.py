@@ -133,7 +133,7 @@ class SendLane:
             store.io_failed("dispatch", lane.take_error(), bit=WRITE_LOGICS_QUEUE_ERROR)
         if self._notes:
             self._wake_listeners(store)
-        return pos  # type: ignore[no-any-return]
+        return pos
 
     def _settle(self, f: Any, lane: Any) -> None:
         """Leave the store as the Python append path would after the same messages."""

@@ -84,20 +84,22 @@ class Allocator:
         """At start: remove files a previous run left staged."""
         shutil.rmtree(self.staging, ignore_errors=True)
 
-    def request(self, path: Path, base: int, size: int, populate: int) -> None:
-        """Create ``path`` (``size`` bytes, logical ``base``) ahead of time; idempotent."""
+    def request(self, path: Path, base: int, size: int, populate: int, *, random_access: bool = False) -> None:
+        """Create ``path`` (``size`` bytes, logical ``base``) ahead of time; idempotent. ``random_access``: see
+        ``MappedFile``."""
         if not self.enabled or path in self._pending:
             return
         if self._worker is None:
             self._worker = _Worker.get()
         self._seq += 1
         staged = self.staging / f"{self._seq:08d}-{path.name}"
-        self._pending[path] = self._worker.pool.submit(self._create, self._worker, staged, base, size, populate)
+        self._pending[path] = self._worker.pool.submit(self._create, self._worker, staged, base, size, populate,
+                                                      random_access)
 
     @staticmethod
-    def _create(worker: _Worker, staged: Path, base: int, size: int, populate: int) -> MappedFile:
+    def _create(worker: _Worker, staged: Path, base: int, size: int, populate: int, random_access: bool) -> MappedFile:
         staged.parent.mkdir(exist_ok=True)  # not parents: a store root removed meanwhile stays removed
-        f = MappedFile.create(staged.parent, base, size, name=staged.name)
+        f = MappedFile.create(staged.parent, base, size, name=staged.name, random_access=random_access)
         try:
             worker.populate(f, populate)
         except BaseException:

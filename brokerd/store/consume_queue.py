@@ -125,7 +125,7 @@ class ConsumeQueue:
         staged = self.allocator.take(self.dir / file_name(base)) if self.allocator is not None else None
         if staged is None:
             self.dir.mkdir(parents=True, exist_ok=True)
-            staged = MappedFile.create(self.dir, base, self.file_size)
+            staged = MappedFile.create(self.dir, base, self.file_size, random_access=True)
         f = staged
         if not self.files:
             self.min_offset = self.max_offset = base // CQ_UNIT_SIZE

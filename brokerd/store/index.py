@@ -147,7 +147,7 @@ class IndexService:
         seq = self.files[-1].mf.base + 1 if self.files else 0
         mf = self.allocator.take(self.dir / file_name(seq)) if self.allocator is not None else None
         if mf is None:
-            mf = MappedFile.create(self.dir, seq, self.file_size)
+            mf = MappedFile.create(self.dir, seq, self.file_size, random_access=True)
         f = IndexFile(mf, self.slots, self.max_entries)
         self.files.append(f)
         self._dirty.add(-1)
@@ -157,7 +157,7 @@ class IndexService:
     def prepare(self) -> None:
         """Have the allocator create the first index file when there is none."""
         if not self.files and self.allocator is not None:
-            self.allocator.request(self.dir / file_name(0), 0, self.file_size, self.PREFAULT)
+            self.allocator.request(self.dir / file_name(0), 0, self.file_size, self.PREFAULT, random_access=True)
 
     def put_keys(self, topic: str, keys: list[str], phys: int, ts: int) -> None:
         """Index ``keys`` of the record at ``phys`` (hot path: no header write, see IndexFile)."""

@@ -100,7 +100,7 @@ class ConsumeQueueStore:
             cq = self.queues.get((topic, qid))
             if cq is None or not cq.files:
                 path = self.root / topic / str(qid) / file_name(0)
-                self.allocator.request(path, 0, self.file_size, self.PREFAULT)
+                self.allocator.request(path, 0, self.file_size, self.PREFAULT, random_access=True)
 
     def __iter__(self) -> Iterator[ConsumeQueue]:
         return iter(list(self.queues.values()))

@@ -14,6 +14,7 @@ import json
 import os
 import pathlib
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -62,6 +63,13 @@ def make_brokers(d: pathlib.Path, n: int, tag: str) -> tuple[list[pathlib.Path],
         confs.append(write_broker_conf(d / f"{tag}-{i}.conf", name=f"{tag}-{i}", port=port,
                                        store=d / "store" / f"{tag}-{i}", registerNameServerPeriod=30000))
     return confs, ports
+
+
+def settle(d: pathlib.Path) -> None:
+    """Every layout starts from the same state: the previous layout's stores deleted and the page cache's dirty
+    pages written back (otherwise the kernel's writeback of earlier runs lands in the later runs' numbers)."""
+    shutil.rmtree(d / "store", ignore_errors=True)
+    os.sync()
 
 
 def serving(ports: list[int]) -> bool:
@@ -142,7 +150,9 @@ def main() -> int:
             wait_for(lambda: can_connect(ns_port), 30, "name server")
             namesrv = f"127.0.0.1:{ns_port}"
             for n in sizes:
+                settle(d)
                 results[f"container_n{n}"] = one_container(d, n, namesrv, args.total)
+                settle(d)
                 results[f"separate_n{n}"] = separate(d, n, namesrv, args.total)
         finally:
             ns.stop()

@@ -1,0 +1,274 @@
+"""The C send lane against the Python send path: the same request stream into two brokers, one with the lane
+and one without, must leave the same records, consume-queue entries, key index and answers (real files,
+in-process brokers, the connection fed like a socket would feed it)."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from brokerd.broker import Broker
+from brokerd.broker_config import BrokerConfig
+from brokerd.message import decode_record, encode_batch_body, encode_properties, tags_code_of
+from brokerd.metadata.topic import PERM_READ, TopicConfig
+from brokerd.native import native
+from brokerd.remoting import RemotingClient, RemotingCommand, encode, request
+from brokerd.remoting.codec import FrameDecoder
+from brokerd.remoting.codes import ResponseCode
+from brokerd.remoting.connection import Connection
+from brokerd.store.flags import WRITE_LOGICS_QUEUE_ERROR
+
+pytestmark = pytest.mark.skipif(native is None, reason="brokerd._native is not built / BROKERD_NATIVE=0")
+
+TOPICS = ("LaneA", "LaneB", "Lane_C-" + "x" * 100)
+
+
+class Transport:
+    """Collects what the connection writes."""
+
+    def __init__(self) -> None:
+        self.frames: list[RemotingCommand] = []
+        self._dec = FrameDecoder()
+
+    def is_closing(self) -> bool:
+        return False
+
+    def writelines(self, data: list[bytes]) -> None:
+        self.frames += self._dec.feed(b"".join(bytes(d) for d in data))
+
+    def write(self, data: bytes) -> None:
+        self.writelines([data])
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return {"peername": ("10.1.2.3", 40000), "sockname": ("127.0.0.1", 10911)}.get(name, default)
+
+    def close(self) -> None:
+        pass
+
+
+async def start_broker(root: Path, lane: bool, **cfg: Any) -> tuple[Broker, Connection, Transport]:
+    conf = BrokerConfig(store_path_root_dir=str(root), listen_port=30911, broker_name="lane-test",
+                        max_hash_slot_num=5000, max_index_num=20000, **cfg)  # fmt: skip
+    b = Broker(conf, RemotingClient(), namesrv_addrs=[])
+    await b.start()
+    for t in TOPICS:
+        b.meta.topics.update(TopicConfig(t, 4, 4))
+    if not lane:
+        b.dispatcher.lane = None
+    conn = Connection(b.dispatcher)
+    tr = Transport()
+    conn.connection_made(tr)  # type: ignore[arg-type]
+    return b, conn, tr
+
+
+def send(opaque: int, topic: str, qid: int, props: dict[str, str], body: bytes, *, v1: bool = False,
+         code: int | None = None, oneway: bool = False) -> bytes:  # fmt: skip
+    names = (("producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag", "bornTimestamp",
+              "flag", "properties", "reconsumeTimes", "unitMode", "maxReconsumeTimes", "batch") if v1
+             else tuple("abcdefghijklm"))  # fmt: skip
+    values = ("pg", topic, "TBW102", "4", str(qid), "0", "1700000000123", str(opaque % 7), encode_properties(props).decode(),
+              "0", "false", "16", "false")  # fmt: skip
+    cmd = request(code or (10 if v1 else 310), dict(zip(names, values, strict=True)), body, oneway=oneway)
+    cmd.opaque = opaque
+    return encode(cmd)
+
+
+def mixed_stream(seed: int, n: int) -> list[bytes]:
+    """Mostly plain sends, with every kind of request the lane must leave to Python mixed in."""
+    rnd = random.Random(seed)
+    frames = []
+    for i in range(1, n + 1):
+        topic = rnd.choice(TOPICS)
+        props = {"UNIQ_KEY": f"U{seed:04d}{i:027d}", "WAIT": "true"}
+        if rnd.random() < 0.7:
+            props["TAGS"] = rnd.choice(["TagA", "TagB", "t\u00e9g", "\U0001F600"])
+        if rnd.random() < 0.5:
+            props["KEYS"] = rnd.choice(["k1", "k1 k2", f"key-{i}", " spaced  keys "])
+        if rnd.random() < 0.2:
+            props["user\u00e9"] = "v\\\"al\n" * rnd.randint(1, 3)
+        if rnd.random() < 0.05:
+            props["CLUSTER"] = "client-said"
+        body = bytes(rnd.getrandbits(8) for _ in range(rnd.randint(0, 300)))
+        kind = rnd.random()
+        if kind < 0.04:
+            props["DELAY"] = "2"
+        elif kind < 0.06:
+            frames.append(encode(dataclasses.replace(request(320, {"a": "pg", "b": topic, "c": "TBW102", "d": "4",
+                                                                   "e": "1", "f": "0", "g": "1", "h": "0", "i": "",
+                                                                   "j": "0", "m": "true"},
+                                                             encode_batch_body([(0, b"b1", props), (0, b"b2", {})])),
+                                                     opaque=i)))  # fmt: skip
+            continue
+        elif kind < 0.08:
+            frames.append(send(i, topic, 2, props, body, oneway=True))
+            continue
+        elif kind < 0.10:
+            frames.append(send(i, "%RETRY%g_lane", 0, props, body))
+            continue
+        elif kind < 0.12:
+            frames.append(send(i, topic, 9, props, body))  # no such queue
+            continue
+        elif kind < 0.14:
+            frames.append(encode(dataclasses.replace(request(11, {
+                "consumerGroup": "g", "topic": topic, "queueId": "1", "queueOffset": "0", "maxMsgNums": "4",
+                "sysFlag": "0", "commitOffset": "0", "suspendTimeoutMillis": "0", "subscription": "*",
+                "subVersion": "0"}), opaque=i)))  # fmt: skip
+            continue
+        frames.append(send(i, topic, rnd.randrange(4), props, body, v1=rnd.random() < 0.3))
+    return frames
+
+
+def feed(conn: Connection, frames: list[bytes], seed: int) -> None:
+    """Deliver the stream in random chunks, frames straddling reads as on a socket."""
+    stream = b"".join(frames)
+    rnd = random.Random(seed)
+    pos = 0
+    while pos < len(stream):
+        n = rnd.choice([7, 100, 1500, 9000, 65536])
+        conn.data_received(stream[pos:pos + n])
+        pos += n
+
+
+def records(b: Broker) -> list[tuple[Any, ...]]:
+    log = b.store.commit_log
+    out = []
+    for _phys, f, pos, size in log.walk(log.min_offset, log.max_offset):
+        if size > 0:
+            m, _ = decode_record(f.mm, pos)
+            out.append((m.topic, m.queue_id, m.queue_offset, m.commit_log_offset, m.flag, m.sys_flag, m.born_timestamp,
+                        m.born_host, m.store_host, m.reconsume_times, m.body, m.properties, m.store_size))  # fmt: skip
+    return out
+
+
+def queues(b: Broker) -> dict[tuple[str, int], list[tuple[int, int, int] | None]]:
+    """Every consume-queue entry; delay-queue tags (delivery times: store time + delay) are left out."""
+    qs = b.store.queue_store.queues
+    out = {k: [cq.entry(o) for o in range(cq.min_offset, cq.max_offset)] for k, cq in sorted(qs.items())}
+    return {k: [e[:2] if e and k[0] == "SCHEDULE_TOPIC_XXXX" else e for e in v] for k, v in out.items()}
+
+
+def answers(tr: Transport) -> dict[int, tuple[int, str | None, dict[str, str]]]:
+    return {c.opaque: (c.code, c.remark, c.ext) for c in tr.frames}
+
+
+async def test_lane_stores_and_answers_exactly_like_the_python_path(tmp_path: Path) -> None:
+    frames = mixed_stream(11, 600)
+    (a, ca, ta), (b, cb, tb) = [await start_broker(tmp_path / name, lane) for name, lane in (("a", True), ("b", False))]
+    try:
+        feed(ca, frames, 3)
+        feed(cb, frames, 4)
+        assert a.send_lane is not None and a.send_lane.handled > 300, "the lane must take the plain sends"
+        ra, rb = answers(ta), answers(tb)
+        assert ra.keys() == rb.keys() and len(ra) > 550
+        for opaque, want in rb.items():  # same codes, remarks, message ids and queue offsets
+            assert ra[opaque] == want, opaque
+        assert records(a) == records(b)
+        assert queues(a) == queues(b)
+        found = 0
+        for key in ("k1", "k2", "key-17", "spaced", "keys", "U0011000000000000000000000000005"):
+            for t in TOPICS:
+                qa, qb = (sorted(decode_record(buf)[0].commit_log_offset
+                                 for buf in x.store.query_message(t, key, 64, 0, 2**62).buffers) for x in (a, b))
+                assert qa == qb
+                found += len(qa)
+        assert found > 50
+        assert a.stats.msgs_in == b.stats.msgs_in and a.stats.bytes_in == b.stats.bytes_in
+        assert a.store.max_phy_offset == b.store.max_phy_offset
+        assert a.store.dispatched_offset == a.store.max_phy_offset
+    finally:
+        await a.shutdown()
+        await b.shutdown()
+
+
+async def test_records_survive_restart_and_segment_rolls_inside_one_read(tmp_path: Path) -> None:
+    b, conn, tr = await start_broker(tmp_path, True, mapped_file_size_commit_log=64 * 1024)
+    frames = [send(i, "LaneA", i % 4, {"UNIQ_KEY": f"R{i:031d}", "TAGS": "x"}, bytes([i % 251]) * 900)
+              for i in range(1, 401)]  # fmt: skip
+    try:
+        feed(conn, frames[:4], 1)  # the first message of each queue admits it
+        conn.data_received(b"".join(frames[4:]))  # ~370 KB in one read: the segment fills 5 times
+        assert {c.code for c in tr.frames} == {0} and len(tr.frames) == 400
+        assert b.send_lane is not None and b.send_lane.handled >= 390
+        assert len(b.store.commit_log.files) >= 6
+        before = records(b)
+    finally:
+        await b.shutdown()
+    b2 = Broker(b.cfg, RemotingClient(), namesrv_addrs=[])
+    await b2.start()
+    try:
+        after = records(b2)
+        assert after == before and len(after) == 400
+        assert sorted(r[2] for r in after if r[1] == 3) == list(range(100))
+        assert queues(b2)[("LaneA", 0)] == [(r[3], r[12], tags_code_of("x")) for r in after if r[1] == 0]
+    finally:
+        await b2.shutdown()
+
+
+async def test_a_failed_consume_queue_write_flags_the_store_as_the_python_path_does(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    from brokerd.store import consume_queue
+
+    broken = {"on": False}
+    real_put = consume_queue.ConsumeQueue.put
+
+    def put(self: consume_queue.ConsumeQueue, *args: int) -> None:
+        if broken["on"]:
+            raise OSError(5, "injected I/O error")
+        real_put(self, *args)
+
+    monkeypatch.setattr(consume_queue.ConsumeQueue, "put", put)
+    codes = {}
+    for name, lane in (("a", True), ("b", False)):
+        b, conn, tr = await start_broker(tmp_path / name, lane)
+        try:
+            feed(conn, [send(i, "LaneA", i % 4, {"UNIQ_KEY": f"F{i:031d}"}, b"x") for i in range(1, 9)], 1)
+            broken["on"] = True
+            conn.data_received(b"".join(send(i, "LaneA", i % 4, {"UNIQ_KEY": f"F{i:031d}"}, b"y")
+                                        for i in range(9, 13)))  # fmt: skip
+            broken["on"] = False
+            assert not lane or (b.send_lane is not None and b.send_lane.handled == 5)
+            codes[name] = [c.code for c in sorted(tr.frames, key=lambda c: c.opaque)]
+            assert b.store.running_flags.has(WRITE_LOGICS_QUEUE_ERROR)
+            assert "dispatch" in (b.store.last_error or "")
+        finally:
+            await b.shutdown()
+    # stored, then refused (recovery redoes the dispatch)
+    assert codes["a"] == codes["b"] == [0] * 9 + [ResponseCode.SERVICE_NOT_AVAILABLE] * 3
+
+
+async def test_topic_changes_and_role_changes_take_effect_on_the_next_send(tmp_path: Path) -> None:
+    b, conn, tr = await start_broker(tmp_path, True)
+    try:
+        feed(conn, [send(i, "LaneB", i % 4, {"UNIQ_KEY": f"C{i:031d}"}, b"x") for i in range(1, 9)], 1)
+        assert b.send_lane is not None and b.send_lane.handled == 4
+        b.meta.topics.update(TopicConfig("LaneB", 4, 4, perm=PERM_READ))
+        conn.data_received(send(20, "LaneB", 1, {"UNIQ_KEY": "C20"}, b"x"))
+        b.meta.topics.update(TopicConfig("LaneB", 2, 2))
+        conn.data_received(send(21, "LaneB", 3, {"UNIQ_KEY": "C21"}, b"x"))
+        conn.data_received(send(22, "LaneB", 1, {"UNIQ_KEY": "C22"}, b"x"))
+        await b.change_role("SLAVE", 1)
+        conn.data_received(send(23, "LaneB", 1, {"UNIQ_KEY": "C23"}, b"x"))
+        await b.change_role("ASYNC_MASTER", 0)
+        conn.data_received(send(24, "LaneB", 1, {"UNIQ_KEY": "C24"}, b"x"))
+        got = {c.opaque: c.code for c in tr.frames}
+        assert got[20] == ResponseCode.NO_PERMISSION  # the topic became read-only
+        assert got[21] == ResponseCode.INVALID_PARAMETER and got[22] == 0  # queue 3 is gone, 1 is not
+        assert got[23] == ResponseCode.SERVICE_NOT_AVAILABLE and got[24] == 0  # a slave refuses; master again
+    finally:
+        await b.shutdown()
+
+
+async def test_random_queue_choice_stays_inside_the_write_queues(tmp_path: Path) -> None:
+    b, conn, tr = await start_broker(tmp_path, True)
+    try:
+        for q in range(4):  # admit every queue
+            conn.data_received(send(q + 1, "LaneA", q, {"UNIQ_KEY": f"Q{q}"}, b"x"))
+        conn.data_received(b"".join(send(i, "LaneA", -1, {"UNIQ_KEY": f"Q{i}"}, b"x") for i in range(10, 210)))
+        qids = [int(c.ext["queueId"]) for c in tr.frames if c.opaque >= 10]
+        assert len(qids) == 200 and set(qids) == {0, 1, 2, 3}
+    finally:
+        await b.shutdown()
