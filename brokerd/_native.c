@@ -60,7 +60,11 @@ static inline void ws(Cur *c) {
     while (c->p < c->end && (*c->p == ' ' || *c->p == '\t' || *c->p == '\n' || *c->p == '\r')) c->p++;
 }
 
-/* A JSON string at c->p (which is at the opening quote). 0 ok, 1 unsupported/invalid. */
+static int hexval(char ch);
+static int read_u16(const char *p, const char *end, unsigned *out);
+
+/* A JSON string at c->p (which is at the opening quote); escapes are checked as strictly as orjson does
+ * (known escapes, four hex digits, surrogates only in pairs). 0 ok, 1 unsupported/invalid. */
 static int parse_str(Cur *c, Str *out) {
     if (c->p >= c->end || *c->p != '"') return 1;
     const char *s = ++c->p;
@@ -74,7 +78,20 @@ static int parse_str(Cur *c, Str *out) {
         }
         if (ch == '\\') {
             esc = 1;
+            if (c->end - c->p < 2) return 1;
+            char e = c->p[1];
             c->p += 2;
+            if (e == 'u') {
+                unsigned cp, lo;
+                if (read_u16(c->p, c->end, &cp)) return 1;
+                c->p += 4;
+                if (cp >= 0xDC00 && cp <= 0xDFFF) return 1;
+                if (cp >= 0xD800 && cp <= 0xDBFF) {
+                    if (c->end - c->p < 6 || c->p[0] != '\\' || c->p[1] != 'u' || read_u16(c->p + 2, c->end, &lo) ||
+                        lo < 0xDC00 || lo > 0xDFFF) return 1;
+                    c->p += 6;
+                }
+            } else if (!memchr("\"\\/bfnrt", e, 8) || e == 0) return 1;
             continue;
         }
         if (ch < 0x20) return 1;
@@ -139,7 +156,22 @@ static int parse_ext(Cur *c, Hdr *h) {
     }
 }
 
-/* Parse a JSON header object. 0 ok, 1 unsupported (the Python codec decides). */
+static int utf8_valid(const unsigned char *s, Py_ssize_t n);
+
+static int ascii_only(const unsigned char *s, Py_ssize_t n) {
+    Py_ssize_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, s + i, 8);
+        if (w & 0x8080808080808080ULL) return 0;
+    }
+    for (; i < n; i++)
+        if (s[i] & 0x80) return 0;
+    return 1;
+}
+
+/* Parse a JSON header object (the whole header must be valid UTF-8 and valid JSON, as orjson requires).
+ * 0 ok, 1 unsupported (the Python codec decides). */
 static int parse_header(const char *p, Py_ssize_t n, Hdr *h) {
     Cur c = {p, p + n};
     h->code_kind = h->opaque_kind = h->flag_kind = h->version_kind = V_MISSING;
@@ -185,6 +217,7 @@ static int parse_header(const char *p, Py_ssize_t n, Hdr *h) {
 done:
     ws(&c);
     if (c.p != c.end) return 1;
+    if (!ascii_only((const unsigned char *)p, n) && !utf8_valid((const unsigned char *)p, n)) return 1;
     /* the Python codec raises for these (non-integer fields); keep its messages */
     if (h->code_kind != V_INT) return 1;
     if ((h->opaque_kind && h->opaque_kind != V_INT) || (h->flag_kind && h->flag_kind != V_INT) ||

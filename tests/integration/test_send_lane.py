@@ -272,3 +272,59 @@ async def test_random_queue_choice_stays_inside_the_write_queues(tmp_path: Path)
         assert len(qids) == 200 and set(qids) == {0, 1, 2, 3}
     finally:
         await b.shutdown()
+
+
+def mutate(rnd: random.Random, frame: bytes) -> bytes:
+    """A valid send frame with a few header bytes changed (lengths kept, so the stream stays framed)."""
+    hlen = int.from_bytes(frame[4:8], "big")
+    raw = bytearray(frame)
+    for _ in range(rnd.randint(1, 4)):
+        pos = 8 + rnd.randrange(hlen)
+        raw[pos] = rnd.choice(b'"\\{}[]:,0123456789-.eE ux\x01\x02\x00\xff\xc3\xa9') if rnd.random() < 0.7 \
+            else rnd.randrange(256)
+    return bytes(raw)
+
+
+def queue_field_is_plain(raw: bytes) -> bool:
+    """Frames whose queue id field is a valid explicit id (random queue choice differs between the paths)."""
+    try:
+        cmd = FrameDecoder().feed(raw)[0]
+    except Exception:  # noqa: BLE001 - undecodable: both paths close the connection
+        return True
+    q = cmd.ext.get("e" if cmd.code != 10 else "queueId", "")
+    return q.isdigit()
+
+
+async def test_mutated_send_frames_get_the_python_answers_and_never_crash(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    import brokerd.message
+
+    monkeypatch.setattr(brokerd.message, "new_uniq_id", lambda: "GENERATED")  # a damaged UNIQ_KEY: same on both
+    rnd = random.Random(5)
+    base = [send(i, rnd.choice(TOPICS), i % 4, {"UNIQ_KEY": f"M{i:031d}", "TAGS": "t", "KEYS": "a b"},
+                 bytes([i % 256]) * rnd.randint(0, 200), v1=i % 3 == 0) for i in range(1, 1201)]  # fmt: skip
+    (a, ca, ta), (b, cb, tb) = [await start_broker(tmp_path / name, lane) for name, lane in (("a", True), ("b", False))]
+    try:
+        feed(ca, base[:40], 1)  # admit topics and queues
+        feed(cb, base[:40], 1)
+        outcomes = {"a": [], "b": []}
+        for i, frame in enumerate(base[40:]):
+            raw = mutate(rnd, frame) if i % 2 else frame
+            if not queue_field_is_plain(raw):
+                continue
+            for name, broker in (("a", a), ("b", b)):
+                conn = Connection(broker.dispatcher)
+                tr = Transport()
+                conn.connection_made(tr)  # type: ignore[arg-type]
+                closed: list[bool] = []
+                conn.close = lambda c=closed: c.append(True)  # type: ignore[method-assign]
+                conn.data_received(raw)
+                outcomes[name].append(([(c.opaque, c.code, c.remark, c.ext) for c in tr.frames], bool(closed)))
+        assert outcomes["a"] == outcomes["b"]
+        assert sum(1 for frames, closed in outcomes["a"] if closed) > 20  # the fuzz reached the error paths
+        assert a.send_lane is not None and a.send_lane.handled > 500
+        assert records(a) == records(b)
+        assert queues(a) == queues(b)
+    finally:
+        await a.shutdown()
+        await b.shutdown()

@@ -162,3 +162,24 @@ def test_non_string_ext_values_are_left_to_the_python_encoder() -> None:
     assert native is not None
     assert native.encode_head(0, 1, 1, "JAVA", 479, None, {"a": 1}, 0) is None
     assert native.encode_head(0, 1, 1, "JAVA", 479, 5, {}, 0) is None
+
+
+JSON_FRAMES = [bytes.fromhex(f["hex"]) for f in FRAMES if f["ser"] == "JSON"]
+SPECIAL = list(b'"\\{}[]:,0123456789-.eEu \x01\x00\x7f\xc3\xa9\xed\xa0\xff') + [ord("n"), ord("t")]
+
+
+@settings(max_examples=1500, deadline=None)
+@given(st.data())
+def test_mutated_real_client_frames_decode_the_same_or_are_left_to_python(data: st.DataObject) -> None:
+    raw = bytearray(data.draw(st.sampled_from(JSON_FRAMES)))
+    hlen = int.from_bytes(raw[4:8], "big")
+    for _ in range(data.draw(st.integers(1, 4))):
+        pos = data.draw(st.integers(8, 8 + hlen - 1))
+        raw[pos] = data.draw(st.one_of(st.sampled_from(SPECIAL), st.integers(0, 255)))
+    got = native_decode(bytes(raw))
+    try:
+        want: RemotingCommand | None = python_decode(bytes(raw))
+    except FrameError:
+        want = None
+    if got is not None:
+        assert got == want
