@@ -623,6 +623,7 @@ typedef struct {
     char id_prefix[16];
     char region[256]; Py_ssize_t region_n;  /* JSON-encoded value, quotes included */
     int trace_on;
+    int sync;               /* SYNC_FLUSH store: a WAIT=false message is answered before the flush (Python) */
     unsigned char store_ip[4];
     int32_t store_port;
     long long max_body;
@@ -936,6 +937,10 @@ static int lane_one(Lane *l, const unsigned char *b, Py_ssize_t total, unsigned 
     if (np < 0 || prop(ps, np, "DELAY", 5) != NULL) return 0;
     const Prop *uniq = prop(ps, np, "UNIQ_KEY", 8);
     if (uniq == NULL) return 0;  /* Python assigns one */
+    if (l->sync) {
+        const Prop *wait = prop(ps, np, "WAIT", 4);
+        if (wait != NULL && wait->vn == 5 && memcmp(wait->v, "false", 5) == 0) return 0;
+    }
     const Prop *tags = prop(ps, np, "TAGS", 4), *keys = prop(ps, np, "KEYS", 4);
     /* stored properties: the parsed pairs in order, CLUSTER set */
     unsigned char *pp = (unsigned char *)l->props;
@@ -1113,6 +1118,15 @@ done:
     return res;
 }
 
+static int Lane_set_sync(Lane *l, PyObject *v, void *unused) {
+    int b = v == NULL ? 0 : PyObject_IsTrue(v);
+    if (b < 0) return -1;
+    l->sync = b;
+    return 0;
+}
+
+static PyObject *Lane_get_sync(Lane *l, void *unused) { return PyBool_FromLong(l->sync); }
+
 static PyObject *Lane_get(Lane *l, void *which) {
     switch ((intptr_t)which) {
         case 0: return PyLong_FromLongLong(l->wrote);
@@ -1133,6 +1147,7 @@ static PyGetSetDef Lane_getset[] = {
     {"dispatched_end", (getter)Lane_get, NULL, "end of the last dispatched record of the last run (-1: none)", (void *)4},
     {"topic_count", (getter)Lane_get, NULL, "topics the lane handles", (void *)5},
     {"pos", (getter)Lane_get, NULL, "buffer position after the last frame the last run handled", (void *)6},
+    {"sync", (getter)Lane_get_sync, (setter)Lane_set_sync, "SYNC_FLUSH: WAIT=false sends go to Python", NULL},
     {NULL},
 };
 

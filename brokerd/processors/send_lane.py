@@ -1,11 +1,13 @@
 """The C send lane (``brokerd._native.SendLane``) wired to one broker.
 
 For the common case of SEND_MESSAGE (10) / SEND_MESSAGE_V2 (310) — a known writable topic, a plain message
-with a UNIQ_KEY and no DELAY, an ASYNC_FLUSH master store with no error flag set — the lane does in C what
+with a UNIQ_KEY and no DELAY, a master store with no error flag set — the lane does in C what
 ``SendProcessor.process`` and ``MessageStore.put_message_deferred`` do in Python: stored record into the
-active commit-log segment, queue offset, consume-queue and key-index puts (their Python methods), dispatch
-listeners, and the response frame. Everything else stops the lane at that frame and goes through the Python
-processor, so requests keep their arrival order.
+active commit-log segment, queue offset, consume-queue and key-index puts (their Python methods), and the
+response frame. Everything else stops the lane at that frame and goes through the Python processor, so
+requests keep their arrival order. With SYNC_FLUSH the responses of one read wait for one flush (group
+commit) and are written from its callback, as the Python path does per message; a flush timeout answers
+FLUSH_DISK_TIMEOUT.
 
 This module keeps the two sides in step:
 * gates, checked on every call: the lane runs only while the Python path would store without a flush wait;
@@ -18,6 +20,7 @@ This module keeps the two sides in step:
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -26,11 +29,16 @@ from brokerd.message import ipv4_bytes
 from brokerd.metadata.names import RETRY_GROUP_TOPIC_PREFIX
 from brokerd.metadata.topic import PERM_WRITE, TopicConfig
 from brokerd.native import native
+from brokerd.remoting.codec import FrameDecoder
+from brokerd.remoting.codes import ResponseCode
 from brokerd.remoting.connection import Connection
 from brokerd.store.flags import WRITE_LOGICS_QUEUE_ERROR
+from brokerd.store.results import PutStatus
 
 if TYPE_CHECKING:
     from brokerd.broker import Broker
+    from brokerd.store.mapped_file import MappedFile
+    from brokerd.store.message_store import MessageStore
 
 STOP_END, STOP_FRAME, STOP_ROLL, STOP_ERROR = 0, 1, 2, 3
 
@@ -55,14 +63,15 @@ class SendLane:
     def _open(self) -> bool:
         """The C lane for the store's current layout (its dicts and lists are rebuilt on restart/truncate)."""
         store = self.broker.store
-        if native is None or store._services is None:
+        if native is None or store.services is None:
             return False
         cfg = self.broker.cfg
-        index = store.index
+        bind = store.lane_binding()
         self._lane = native.SendLane(
-            store._next_qoff, store._listeners, index.put_keys if index is not None else None,
-            cfg.broker_cluster_name, store._id_prefix, cfg.region_id, cfg.trace_on, ipv4_bytes(store.store_host[0]),
-            store.store_host[1], store.cfg.max_message_size, store.commit_log.segment_size)  # fmt: skip
+            bind.next_queue_offsets, bind.listeners, bind.index_put, cfg.broker_cluster_name, bind.id_prefix,
+            cfg.region_id, cfg.trace_on, ipv4_bytes(store.store_host[0]), store.store_host[1],
+            store.cfg.max_message_size, store.commit_log.segment_size)  # fmt: skip
+        self._lane.sync = bind.sync_flush
         self._topics.clear()
         self._gen = store.layout_generation
         return True
@@ -78,8 +87,7 @@ class SendLane:
     def _writes_allowed(self) -> bool:
         b = self.broker
         store = b.store
-        return (b.is_master() and b.is_writeable() and store.is_writeable() and not store._sync_flush
-                and not store._behind_confirm)  # fmt: skip
+        return b.is_master() and b.is_writeable() and store.lane_open
 
     # ------------------------------------------------------------------ topics
 
@@ -120,9 +128,10 @@ class SendLane:
         f = files[-1]
         lane = self._lane
         remote = conn.remote_addr
+        answers: list[bytes | memoryview] = out if not lane.sync else []
         try:
-            pos, stop = lane.run(buf, pos, f.mm, f.base, f.wrote, f.size, ipv4_bytes(remote[0]), remote[1], out,
-                                 conn._decoder.max_frame, self._notes)  # fmt: skip
+            pos, stop = lane.run(buf, pos, f.mm, f.base, f.wrote, f.size, ipv4_bytes(remote[0]), remote[1], answers,
+                                 conn.max_frame, self._notes)  # fmt: skip
         except Exception:  # noqa: BLE001 - a bug or MemoryError: keep what was stored, use the Python path
             log.exception("send_lane_failed")
             pos, stop = lane.pos, STOP_END
@@ -133,33 +142,47 @@ class SendLane:
             store.io_failed("dispatch", lane.take_error(), bit=WRITE_LOGICS_QUEUE_ERROR)
         if self._notes:
             self._wake_listeners(store)
+        if answers is not out and answers:
+            self._answer_when_flushed(conn, answers, f.base + lane.wrote)
         return pos
 
-    def _settle(self, f: Any, lane: Any) -> None:
-        """Leave the store as the Python append path would after the same messages."""
+    def _answer_when_flushed(self, conn: Connection, answers: list[bytes | memoryview], end: int) -> None:
+        """SYNC_FLUSH: the answers of one read go out once the log is durable up to their last record."""
         store = self.broker.store
-        end = lane.wrote
-        ts = lane.last_ts
-        f.wrote = end
-        f.last_store_ts = ts
-        store.last_store_timestamp = ts
-        store._valid_end = f.base + end
-        if lane.dispatched_end >= 0:
-            store._dispatched = lane.dispatched_end
+        services = store.services
+        if services is None or end <= store.flushed_offset:  # as put_message_deferred: nothing to wait for
+            conn.write_frames(answers)
+            return
+        fut = services.wait_flushed(end)
+        conn.inflight.add(fut)  # a broker being removed finishes these requests first
+
+        def done(f: asyncio.Future[bool]) -> None:
+            conn.inflight.discard(f)
+            self._write_answers(conn, answers, not f.cancelled() and f.result())
+
+        fut.add_done_callback(done)
+
+    @staticmethod
+    def _write_answers(conn: Connection, answers: list[bytes | memoryview], durable: bool) -> None:
+        if durable:
+            conn.write_frames(answers)
+            return
+        for cmd in FrameDecoder().feed(b"".join(answers)):  # as the Python path: same fields, timeout code
+            cmd.code = ResponseCode.FLUSH_DISK_TIMEOUT
+            cmd.remark = PutStatus.FLUSH_DISK_TIMEOUT.name
+            conn.write(cmd)
+
+    def _settle(self, f: MappedFile, lane: Any) -> None:
+        """Leave the store and the counters as the Python path would after the same messages."""
+        self.broker.store.lane_appended(f, lane.wrote, lane.last_ts, lane.dispatched_end)
         stats = self.broker.stats
         stats.msgs_in += lane.msgs
         stats.bytes_in += lane.bytes
         self.handled += lane.msgs
-        log_ = store.commit_log
-        if end > f.warm_trigger and log_.warmer is not None:
-            log_.warmer.kick(end)
-        if end > log_._alloc_pos:
-            log_.prepare_next(f)
 
-    def _wake_listeners(self, store: Any) -> None:
+    def _wake_listeners(self, store: MessageStore) -> None:
         """Dispatch listeners, once per queue with its last new offset (a listener is told "everything up to
         this offset landed"; long polling only compares offsets)."""
         notes, self._notes = self._notes, {}
         for (topic, qid), (qoff, tags) in notes.items():
-            for cb in store._listeners:
-                store._notify(cb, topic, qid, qoff, tags)
+            store.notify_dispatched(topic, qid, qoff, tags)

@@ -122,14 +122,19 @@ class Connection(asyncio.Protocol):
                 self._dispatch(cmd, out)
         except FrameError as e:
             log.warning("frame_rejected", remote=f"{self.remote_addr[0]}:{self.remote_addr[1]}", reason=str(e))
-            self._write_out(out)  # answers to the requests before the bad frame, then close
+            self.write_frames(out)  # answers to the requests before the bad frame, then close
             self.close()
             return
         finally:
             dec.consumed(pos)
-        self._write_out(out)
+        self.write_frames(out)
 
-    def _write_out(self, out: list[bytes | memoryview]) -> None:
+    @property
+    def max_frame(self) -> int:
+        return self._decoder.max_frame
+
+    def write_frames(self, out: list[bytes | memoryview]) -> None:
+        """Write already encoded frames (one writelines)."""
         if out and self.transport is not None and not self.transport.is_closing():
             self.transport.writelines(out)
 

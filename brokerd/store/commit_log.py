@@ -159,13 +159,17 @@ class CommitLog:
         end = pos + size
         mm[start + blen : end] = tail
         _SIZE_MAGIC.pack_into(mm, pos, size, magic)
+        self.appended(f, end, store_ts)
+        return phys, size
+
+    def appended(self, f: MappedFile, end: int, store_ts: int) -> None:
+        """Records were written into the active segment ``f`` up to ``end`` (by ``append`` or the C send lane)."""
         f.wrote = end
         f.last_store_ts = store_ts
         if end > f.warm_trigger and self.warmer is not None:
             self.warmer.kick(end)
         if end > self._alloc_pos:
             self.prepare_next(f)
-        return phys, size
 
     PREFAULT = 1 << 20
 

@@ -21,6 +21,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import structlog
 
@@ -48,6 +49,7 @@ from brokerd.store.epoch import FILE_NAME as EPOCH_FILE_NAME
 from brokerd.store.epoch import EpochFile
 from brokerd.store.flags import NOT_WRITEABLE, WRITE_BLOCKERS, WRITE_LOGICS_QUEUE_ERROR, RunningFlags
 from brokerd.store.index import IndexService
+from brokerd.store.mapped_file import MappedFile
 from brokerd.store.queue_store import ConsumeQueueStore, compute_tags_code, parse_for_dispatch
 from brokerd.store.recovery import RecoveryResult, recover_commit_log
 from brokerd.store.results import (
@@ -67,6 +69,14 @@ __all__ = [
 DispatchListener = Callable[[str, int, int, int], None]
 QuotaChecker = Callable[[int], bool]
 _SKIP_CQ = (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE)
+
+
+class LaneBinding(NamedTuple):
+    next_queue_offsets: dict[tuple[str, int], int]
+    listeners: list[DispatchListener]
+    index_put: Callable[[str, list[str], int, int], None] | None
+    id_prefix: str
+    sync_flush: bool
 
 
 class MessageStore:
@@ -526,6 +536,37 @@ class MessageStore:
 
     def add_dispatch_listener(self, cb: DispatchListener) -> None:
         self._listeners.append(cb)
+
+    # ================================================================ the C send lane (processors/send_lane.py)
+
+    @property
+    def services(self) -> StoreServices | None:
+        """The background services while the store is started (None when stopped)."""
+        return self._services
+
+    @property
+    def lane_open(self) -> bool:
+        """A put now would be appended and dispatched at once (no error flag, no confirm-offset hold)."""
+        return self.is_writeable() and not self._behind_confirm
+
+    def lane_binding(self) -> LaneBinding:
+        """The state the lane updates in place: next queue offsets, dispatch listeners, the key-index put."""
+        index = self.index
+        return LaneBinding(self._next_qoff, self._listeners, index.put_keys if index is not None else None,
+                           self._id_prefix, self._sync_flush)  # fmt: skip
+
+    def lane_appended(self, f: MappedFile, end: int, store_ts: int, dispatched_end: int) -> None:
+        """The lane appended records to the active segment ``f`` up to ``end`` and dispatched them up to
+        ``dispatched_end`` (-1: none): the positions ``_append`` keeps, then the segment's housekeeping."""
+        self.last_store_timestamp = store_ts
+        self._valid_end = f.base + end
+        if dispatched_end >= 0:
+            self._dispatched = dispatched_end
+        self.commit_log.appended(f, end, store_ts)
+
+    def notify_dispatched(self, topic: str, queue_id: int, queue_offset: int, tags: int) -> None:
+        for cb in self._listeners:
+            self._notify(cb, topic, queue_id, queue_offset, tags)
 
     # ================================================================ maintenance (see maintenance.py)
 

@@ -4,6 +4,7 @@ in-process brokers, the connection fed like a socket would feed it)."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import random
 from pathlib import Path
@@ -25,6 +26,14 @@ from brokerd.store.flags import WRITE_LOGICS_QUEUE_ERROR
 pytestmark = pytest.mark.skipif(native is None, reason="brokerd._native is not built / BROKERD_NATIVE=0")
 
 TOPICS = ("LaneA", "LaneB", "Lane_C-" + "x" * 100)
+
+
+@pytest.fixture(autouse=True)
+def same_generated_ids(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Messages without a UNIQ_KEY get a generated one (a process-wide counter): the same on both brokers here."""
+    import brokerd.message
+
+    monkeypatch.setattr(brokerd.message, "new_uniq_id", lambda: "GENERATED")
 
 
 class Transport:
@@ -83,7 +92,7 @@ def mixed_stream(seed: int, n: int) -> list[bytes]:
     frames = []
     for i in range(1, n + 1):
         topic = rnd.choice(TOPICS)
-        props = {"UNIQ_KEY": f"U{seed:04d}{i:027d}", "WAIT": "true"}
+        props = {"UNIQ_KEY": f"U{seed:04d}{i:027d}", "WAIT": "true" if rnd.random() < 0.95 else "false"}
         if rnd.random() < 0.7:
             props["TAGS"] = rnd.choice(["TagA", "TagB", "t\u00e9g", "\U0001F600"])
         if rnd.random() < 0.5:
@@ -155,12 +164,28 @@ def answers(tr: Transport) -> dict[int, tuple[int, str | None, dict[str, str]]]:
     return {c.opaque: (c.code, c.remark, c.ext) for c in tr.frames}
 
 
-async def test_lane_stores_and_answers_exactly_like_the_python_path(tmp_path: Path) -> None:
+async def all_answered(*trs: Transport) -> None:
+    """SYNC_FLUSH answers come from flush callbacks: wait until the counts stop growing and agree."""
+    deadline = asyncio.get_running_loop().time() + 20
+    last = None
+    while asyncio.get_running_loop().time() < deadline:
+        counts = [len(t.frames) for t in trs]
+        if counts == last and len(set(counts)) == 1:
+            return
+        last = counts
+        await asyncio.sleep(0.05)  # sleep-ok: polling the answer count with a deadline
+    raise AssertionError(f"answers did not settle: {last}")
+
+
+@pytest.mark.parametrize("flush", ["ASYNC_FLUSH", "SYNC_FLUSH"])
+async def test_lane_stores_and_answers_exactly_like_the_python_path(tmp_path: Path, flush: str) -> None:
     frames = mixed_stream(11, 600)
-    (a, ca, ta), (b, cb, tb) = [await start_broker(tmp_path / name, lane) for name, lane in (("a", True), ("b", False))]
+    (a, ca, ta), (b, cb, tb) = [await start_broker(tmp_path / name, lane, flush_disk_type=flush)
+                                for name, lane in (("a", True), ("b", False))]  # fmt: skip
     try:
         feed(ca, frames, 3)
         feed(cb, frames, 4)
+        await all_answered(ta, tb)
         assert a.send_lane is not None and a.send_lane.handled > 300, "the lane must take the plain sends"
         ra, rb = answers(ta), answers(tb)
         assert ra.keys() == rb.keys() and len(ra) > 550
@@ -295,11 +320,7 @@ def queue_field_is_plain(raw: bytes) -> bool:
     return q.isdigit()
 
 
-async def test_mutated_send_frames_get_the_python_answers_and_never_crash(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
-    import brokerd.message
-
-    monkeypatch.setattr(brokerd.message, "new_uniq_id", lambda: "GENERATED")  # a damaged UNIQ_KEY: same on both
+async def test_mutated_send_frames_get_the_python_answers_and_never_crash(tmp_path: Path) -> None:
     rnd = random.Random(5)
     base = [send(i, rnd.choice(TOPICS), i % 4, {"UNIQ_KEY": f"M{i:031d}", "TAGS": "t", "KEYS": "a b"},
                  bytes([i % 256]) * rnd.randint(0, 200), v1=i % 3 == 0) for i in range(1, 1201)]  # fmt: skip
@@ -328,3 +349,38 @@ async def test_mutated_send_frames_get_the_python_answers_and_never_crash(
     finally:
         await a.shutdown()
         await b.shutdown()
+
+
+async def test_sync_flush_timeout_answers_flush_disk_timeout_like_the_python_path(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    import threading
+
+    from brokerd.store.commit_log import CommitLog
+
+    release = threading.Event()
+    real_sync = CommitLog.sync_range
+
+    def stuck_sync(self: CommitLog, *args: Any) -> Any:
+        release.wait(10)  # the disk hangs until the test is done
+        return real_sync(self, *args)
+
+    got = {}
+    for name, lane in (("a", True), ("b", False)):
+        b, conn, tr = await start_broker(tmp_path / name, lane, flush_disk_type="SYNC_FLUSH", sync_flush_timeout=200)
+        try:
+            feed(conn, [send(i, "LaneA", i % 4, {"UNIQ_KEY": f"S{i:031d}"}, b"x") for i in range(1, 5)], 1)
+            await all_answered(tr)
+            monkeypatch.setattr(CommitLog, "sync_range", stuck_sync)
+            conn.data_received(b"".join(send(i, "LaneA", i % 4, {"UNIQ_KEY": f"S{i:031d}"}, b"y") for i in range(5, 9)))
+            deadline = asyncio.get_running_loop().time() + 10
+            while len(tr.frames) < 8 and asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(0.02)  # sleep-ok: polling for the timed-out answers with a deadline
+            got[name] = sorted((c.opaque, c.code, c.remark, c.ext.get("queueOffset")) for c in tr.frames)
+            assert not lane or (b.send_lane is not None and b.send_lane.handled == 4)
+        finally:
+            release.set()
+            monkeypatch.setattr(CommitLog, "sync_range", real_sync)
+            await b.shutdown()
+            release.clear()
+    assert got["a"] == got["b"]
+    assert [c[1] for c in got["a"]] == [0] * 4 + [ResponseCode.FLUSH_DISK_TIMEOUT] * 4
