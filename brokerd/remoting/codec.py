@@ -210,16 +210,29 @@ class FrameDecoder:
         self.max_frame = max_frame
 
     def feed(self, data: bytes) -> list[RemotingCommand]:
+        """Add received bytes; every command of the frames now complete."""
         buf = self.append(data)
         out: list[RemotingCommand] = []
         pos = 0
+        n = len(buf)
+        mv = memoryview(buf)
         try:
-            while True:
-                cmd, pos = self.next(buf, pos)
-                if cmd is None:
+            while n - pos >= 4:
+                if _native_decode is not None:
+                    hit = _native_decode(buf, pos, self.max_frame)
+                    if hit is not None:
+                        out.append(hit[0])
+                        pos = hit[1]
+                        continue
+                (total,) = _I32.unpack_from(buf, pos)
+                if total < 4 or total > self.max_frame:
+                    raise FrameError(f"frame length {total} out of range (4..{self.max_frame})")
+                if n - pos - 4 < total:
                     break
-                out.append(cmd)
+                out.append(decode_payload(mv[pos + 4:pos + 4 + total]))
+                pos += 4 + total
         finally:
+            mv.release()
             self.consumed(pos)
         return out
 

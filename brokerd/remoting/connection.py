@@ -102,32 +102,43 @@ class Connection(asyncio.Protocol):
             self.local_addr = (sock[0], sock[1])
 
     def data_received(self, data: bytes) -> None:
-        dec = self._decoder
-        buf = dec.append(data)
-        lane = self.dispatcher.lane if self.dispatcher is not None else None
         out: list[bytes | memoryview] = []
-        pos = 0
         try:
-            while True:
-                if lane is not None:  # common-case sends in C, up to the first request it does not take
-                    pos = lane(self, buf, pos, out)
-                cmd, pos = dec.next(buf, pos)
-                if cmd is None:
-                    break
-                if cmd.flag & FLAG_RESPONSE:
-                    fut = self.pending.pop(cmd.opaque, None)
-                    if fut is not None and not fut.done():
-                        fut.set_result(cmd)
-                    continue
-                self._dispatch(cmd, out)
+            lane = self.dispatcher.lane if self.dispatcher is not None else None
+            if lane is None:
+                for cmd in self._decoder.feed(data):
+                    self._handle(cmd, out)
+            else:
+                self._lane_and_dispatch(lane, data, out)
         except FrameError as e:
             log.warning("frame_rejected", remote=f"{self.remote_addr[0]}:{self.remote_addr[1]}", reason=str(e))
             self.write_frames(out)  # answers to the requests before the bad frame, then close
             self.close()
             return
+        self.write_frames(out)
+
+    def _lane_and_dispatch(self, lane: Lane, data: bytes, out: list[bytes | memoryview]) -> None:
+        """The lane takes what it can from the buffer; each frame it stops at is dispatched here, in order."""
+        dec = self._decoder
+        buf = dec.append(data)
+        pos = 0
+        try:
+            while True:
+                pos = lane(self, buf, pos, out)
+                cmd, pos = dec.next(buf, pos)
+                if cmd is None:
+                    break
+                self._handle(cmd, out)
         finally:
             dec.consumed(pos)
-        self.write_frames(out)
+
+    def _handle(self, cmd: RemotingCommand, out: list[bytes | memoryview]) -> None:
+        if cmd.flag & FLAG_RESPONSE:
+            fut = self.pending.pop(cmd.opaque, None)
+            if fut is not None and not fut.done():
+                fut.set_result(cmd)
+            return
+        self._dispatch(cmd, out)
 
     @property
     def max_frame(self) -> int:
