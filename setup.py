@@ -1,10 +1,11 @@
-"""Builds the optional C half of the broker's hot path (brokerd/_native.c); everything else is in pyproject.toml.
+"""Builds the optional C half of the broker's hot path (brokerd/csrc/); everything else is in pyproject.toml.
 
 A machine without a C compiler still installs: the build failure is reported and the pure-Python code paths
 are used (brokerd/native.py says which one is active)."""
 
 from __future__ import annotations
 
+import glob
 import sys
 
 from setuptools import Extension, setup
@@ -26,6 +27,7 @@ class OptionalBuildExt(build_ext):
 
 
 setup(
-    ext_modules=[Extension("brokerd._native", ["brokerd/_native.c"], extra_compile_args=["-O2", "-Wall"])],
+    ext_modules=[Extension("brokerd._native", sorted(glob.glob("brokerd/csrc/*.c")), depends=glob.glob("brokerd/csrc/*.h"),
+                           extra_compile_args=["-O2", "-Wall"])],
     cmdclass={"build_ext": OptionalBuildExt},
 )

@@ -10,7 +10,8 @@ commit) and are written from its callback, as the Python path does per message; 
 FLUSH_DISK_TIMEOUT.
 
 This module keeps the two sides in step:
-* gates, checked on every call: the lane runs only while the Python path would store without a flush wait;
+* gates, checked on every call: the lane runs only while the Python path would store at once (a writable
+  master, no store error flag, no confirm-offset hold);
 * topics enter the lane after the Python processor stored a message for them (so every check of ``_check``
   has passed once), and leave it on any topic metadata change;
 * after each run the store's and segment's positions, timestamps and the broker's counters are settled exactly
@@ -53,6 +54,7 @@ class SendLane:
         self.not_allowed = not_allowed
         self._lane: Any = None
         self._gen = -1
+        self._cfg: object = None  # the broker config the lane was built with (cluster, region, trace flag)
         self._topics: dict[str, tuple[bool, ...]] = {}  # topic -> per queue: its consume queue is bound
         self.broken = False  # the C lane raised: Python path only from then on
         self.handled = 0  # messages stored by the lane (observability, tests)
@@ -74,10 +76,12 @@ class SendLane:
         self._lane.sync = bind.sync_flush
         self._topics.clear()
         self._gen = store.layout_generation
+        self._cfg = cfg
         return True
 
     def forget(self, topic: str | None = None) -> None:
-        """Drop one topic (None: all) from the lane; the Python processor re-admits it on its next send."""
+        """``topic`` changed (None: anything may have): the lane forgets its topics (all of them: rare, and the
+        Python processor re-admits each on its next send)."""
         if self._lane is None or not self._topics:
             return
         if topic is None or topic in self._topics:
@@ -114,7 +118,7 @@ class SendLane:
 
     def __call__(self, conn: Connection, buf: bytearray, pos: int, out: list[bytes | memoryview]) -> int:
         store = self.broker.store
-        if self._lane is None or store.layout_generation != self._gen:
+        if self._lane is None or store.layout_generation != self._gen or self._cfg is not self.broker.cfg:
             if self.broken or not self._open():
                 return pos
         if not self._topics:

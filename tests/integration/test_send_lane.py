@@ -384,3 +384,17 @@ async def test_sync_flush_timeout_answers_flush_disk_timeout_like_the_python_pat
             release.clear()
     assert got["a"] == got["b"]
     assert [c[1] for c in got["a"]] == [0] * 4 + [ResponseCode.FLUSH_DISK_TIMEOUT] * 4
+
+
+async def test_live_config_changes_reach_the_answers(tmp_path: Path) -> None:
+    b, conn, tr = await start_broker(tmp_path, True)
+    try:
+        feed(conn, [send(i, "LaneA", i % 4, {"UNIQ_KEY": f"L{i:031d}"}, b"x") for i in range(1, 9)], 1)
+        b.update_config({"regionId": "EU-1", "traceOn": "false"})
+        feed(conn, [send(i, "LaneA", i % 4, {"UNIQ_KEY": f"L{i:031d}"}, b"x") for i in range(9, 17)], 1)
+        regions = {c.opaque: (c.ext["MSG_REGION"], c.ext["TRACE_ON"]) for c in tr.frames}
+        assert {regions[i] for i in range(1, 9)} == {("DefaultRegion", "true")}
+        assert {regions[i] for i in range(9, 17)} == {("EU-1", "false")}
+        assert b.send_lane is not None and b.send_lane.handled >= 8
+    finally:
+        await b.shutdown()

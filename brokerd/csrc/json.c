@@ -1,0 +1,346 @@
+/* JSON for remoting headers: a strict parser for the header objects clients send (strings, integers, booleans,
+ * null; extFields one level deep; anything else is left to the Python codec) and a small writer. */
+#include "native.h"
+
+
+static inline void ws(Cur *c) {
+    while (c->p < c->end && (*c->p == ' ' || *c->p == '\t' || *c->p == '\n' || *c->p == '\r')) c->p++;
+}
+
+static int hexval(char ch);
+static int read_u16(const char *p, const char *end, unsigned *out);
+
+/* A JSON string at c->p (which is at the opening quote); escapes are checked as strictly as orjson does
+ * (known escapes, four hex digits, surrogates only in pairs). 0 ok, 1 unsupported/invalid. */
+static int parse_str(Cur *c, Str *out) {
+    if (c->p >= c->end || *c->p != '"') return 1;
+    const char *s = ++c->p;
+    int esc = 0;
+    while (c->p < c->end) {
+        unsigned char ch = (unsigned char)*c->p;
+        if (ch == '"') {
+            out->p = s; out->n = c->p - s; out->esc = esc;
+            c->p++;
+            return 0;
+        }
+        if (ch == '\\') {
+            esc = 1;
+            if (c->end - c->p < 2) return 1;
+            char e = c->p[1];
+            c->p += 2;
+            if (e == 'u') {
+                unsigned cp, lo;
+                if (read_u16(c->p, c->end, &cp)) return 1;
+                c->p += 4;
+                if (cp >= 0xDC00 && cp <= 0xDFFF) return 1;
+                if (cp >= 0xD800 && cp <= 0xDBFF) {
+                    if (c->end - c->p < 6 || c->p[0] != '\\' || c->p[1] != 'u' || read_u16(c->p + 2, c->end, &lo) ||
+                        lo < 0xDC00 || lo > 0xDFFF) return 1;
+                    c->p += 6;
+                }
+            } else if (!memchr("\"\\/bfnrt", e, 8) || e == 0) return 1;
+            continue;
+        }
+        if (ch < 0x20) return 1;
+        c->p++;
+    }
+    return 1;
+}
+
+int parse_int(Cur *c, long long *out) {
+    const char *p = c->p;
+    int neg = 0;
+    if (p < c->end && *p == '-') { neg = 1; p++; }
+    const char *d = p;
+    long long v = 0;
+    while (p < c->end && *p >= '0' && *p <= '9') {
+        if (p - d >= 18) return 1;
+        v = v * 10 + (*p - '0');
+        p++;
+    }
+    if (p == d || (p - d > 1 && *d == '0')) return 1;
+    if (p < c->end && (*p == '.' || *p == 'e' || *p == 'E')) return 1;
+    *out = neg ? -v : v;
+    c->p = p;
+    return 0;
+}
+
+/* A scalar value: string, integer, true, false, null. Sets *kind. 0 ok, 1 unsupported. */
+static int parse_scalar(Cur *c, int *kind, Str *s, long long *i) {
+    if (c->p >= c->end) return 1;
+    char ch = *c->p;
+    if (ch == '"') { *kind = V_STR; return parse_str(c, s); }
+    if (ch == '-' || (ch >= '0' && ch <= '9')) { *kind = V_INT; return parse_int(c, i); }
+    if (c->end - c->p >= 4 && memcmp(c->p, "true", 4) == 0) { *kind = V_TRUE; c->p += 4; return 0; }
+    if (c->end - c->p >= 5 && memcmp(c->p, "false", 5) == 0) { *kind = V_FALSE; c->p += 5; return 0; }
+    if (c->end - c->p >= 4 && memcmp(c->p, "null", 4) == 0) { *kind = V_NULL; c->p += 4; return 0; }
+    return 1;
+}
+
+static inline int key_is(const Str *k, const char *lit, Py_ssize_t n) {
+    return !k->esc && k->n == n && memcmp(k->p, lit, n) == 0;
+}
+
+static int parse_ext(Cur *c, Hdr *h) {
+    c->p++;  /* '{' */
+    ws(c);
+    if (c->p < c->end && *c->p == '}') { c->p++; return 0; }
+    for (;;) {
+        if (h->n_ext >= MAX_EXT) return 1;
+        Ext *e = &h->ext[h->n_ext];
+        ws(c);
+        if (parse_str(c, &e->k)) return 1;
+        ws(c);
+        if (c->p >= c->end || *c->p != ':') return 1;
+        c->p++;
+        ws(c);
+        if (parse_scalar(c, &e->kind, &e->s, &e->i)) return 1;
+        h->n_ext++;
+        ws(c);
+        if (c->p < c->end && *c->p == ',') { c->p++; continue; }
+        if (c->p < c->end && *c->p == '}') { c->p++; return 0; }
+        return 1;
+    }
+}
+
+
+static int ascii_only(const unsigned char *s, Py_ssize_t n) {
+    Py_ssize_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, s + i, 8);
+        if (w & 0x8080808080808080ULL) return 0;
+    }
+    for (; i < n; i++)
+        if (s[i] & 0x80) return 0;
+    return 1;
+}
+
+int parse_header(const char *p, Py_ssize_t n, Hdr *h) {
+    Cur c = {p, p + n};
+    h->code_kind = h->opaque_kind = h->flag_kind = h->version_kind = V_MISSING;
+    h->lang_kind = h->remark_kind = h->ext_kind = V_MISSING;
+    h->n_ext = 0;
+    ws(&c);
+    if (c.p >= c.end || *c.p != '{') return 1;
+    c.p++;
+    ws(&c);
+    if (c.p < c.end && *c.p == '}') { c.p++; goto done; }
+    for (;;) {
+        Str k;
+        ws(&c);
+        if (parse_str(&c, &k)) return 1;
+        ws(&c);
+        if (c.p >= c.end || *c.p != ':') return 1;
+        c.p++;
+        ws(&c);
+        if (key_is(&k, "extFields", 9) && c.p < c.end && *c.p == '{') {
+            if (h->ext_kind == 1) return 1;  /* a repeated object: let orjson decide */
+            if (parse_ext(&c, h)) return 1;
+            h->ext_kind = 1;
+        } else {
+            int kind; Str s; long long i;
+            if (parse_scalar(&c, &kind, &s, &i)) return 1;
+            if (key_is(&k, "code", 4)) { h->code_kind = kind; h->code = i; }
+            else if (key_is(&k, "opaque", 6)) { h->opaque_kind = kind; h->opaque = i; }
+            else if (key_is(&k, "flag", 4)) { h->flag_kind = kind; h->flag = i; }
+            else if (key_is(&k, "version", 7)) { h->version_kind = kind; h->version = i; }
+            else if (key_is(&k, "language", 8)) { h->lang_kind = kind; h->lang = s; h->lang_i = i; }
+            else if (key_is(&k, "remark", 6)) { h->remark_kind = kind; h->remark = s; }
+            else if (key_is(&k, "extFields", 9)) {
+                if (kind != V_NULL || h->ext_kind == 1) return 1;
+                h->ext_kind = V_NULL;
+            }
+            else if (k.esc) return 1;  /* an escaped key might spell one of ours */
+        }
+        ws(&c);
+        if (c.p < c.end && *c.p == ',') { c.p++; continue; }
+        if (c.p < c.end && *c.p == '}') { c.p++; break; }
+        return 1;
+    }
+done:
+    ws(&c);
+    if (c.p != c.end) return 1;
+    if (!ascii_only((const unsigned char *)p, n) && !utf8_valid((const unsigned char *)p, n)) return 1;
+    /* the Python codec raises for these (non-integer fields); keep its messages */
+    if (h->code_kind != V_INT) return 1;
+    if ((h->opaque_kind && h->opaque_kind != V_INT) || (h->flag_kind && h->flag_kind != V_INT) ||
+        (h->version_kind && h->version_kind != V_INT)) return 1;
+    if (h->lang_kind && h->lang_kind != V_STR && h->lang_kind != V_INT) return 1;
+    if (h->remark_kind && h->remark_kind != V_STR && h->remark_kind != V_NULL) return 1;
+    return 0;
+}
+
+static int hexval(char ch) {
+    if (ch >= '0' && ch <= '9') return ch - '0';
+    if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
+    if (ch >= 'A' && ch <= 'F') return ch - 'A' + 10;
+    return -1;
+}
+
+static int read_u16(const char *p, const char *end, unsigned *out) {
+    if (end - p < 4) return 1;
+    unsigned v = 0;
+    for (int j = 0; j < 4; j++) {
+        int d = hexval(p[j]);
+        if (d < 0) return 1;
+        v = v << 4 | (unsigned)d;
+    }
+    *out = v;
+    return 0;
+}
+
+/* Strict UTF-8 check (what Python's strict decoder accepts). */
+int utf8_valid(const unsigned char *s, Py_ssize_t n) {
+    Py_ssize_t i = 0;
+    while (i < n) {
+        unsigned char c = s[i];
+        if (c < 0x80) { i++; continue; }
+        int len; unsigned cp;
+        if (c >= 0xC2 && c <= 0xDF) { len = 2; cp = c & 0x1F; }
+        else if (c >= 0xE0 && c <= 0xEF) { len = 3; cp = c & 0x0F; }
+        else if (c >= 0xF0 && c <= 0xF4) { len = 4; cp = c & 0x07; }
+        else return 0;
+        if (i + len > n) return 0;
+        for (int j = 1; j < len; j++) {
+            if ((s[i + j] & 0xC0) != 0x80) return 0;
+            cp = cp << 6 | (s[i + j] & 0x3F);
+        }
+        if ((len == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) || (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)))
+            return 0;
+        i += len;
+    }
+    return 1;
+}
+
+static char *put_utf8(char *o, unsigned cp) {
+    if (cp < 0x80) *o++ = (char)cp;
+    else if (cp < 0x800) { *o++ = (char)(0xC0 | cp >> 6); *o++ = (char)(0x80 | (cp & 0x3F)); }
+    else if (cp < 0x10000) {
+        *o++ = (char)(0xE0 | cp >> 12); *o++ = (char)(0x80 | ((cp >> 6) & 0x3F)); *o++ = (char)(0x80 | (cp & 0x3F));
+    } else {
+        *o++ = (char)(0xF0 | cp >> 18); *o++ = (char)(0x80 | ((cp >> 12) & 0x3F));
+        *o++ = (char)(0x80 | ((cp >> 6) & 0x3F)); *o++ = (char)(0x80 | (cp & 0x3F));
+    }
+    return o;
+}
+
+Py_ssize_t unescape(const Str *s, char *out) {
+    if (!s->esc) {
+        if (!utf8_valid((const unsigned char *)s->p, s->n)) return -1;
+        memcpy(out, s->p, s->n);
+        return s->n;
+    }
+    const char *p = s->p, *end = s->p + s->n;
+    char *o = out;
+    const char *run = p;
+    while (p < end) {
+        if (*p != '\\') { p++; continue; }
+        if (!utf8_valid((const unsigned char *)run, p - run)) return -1;
+        memcpy(o, run, p - run); o += p - run;
+        if (p + 1 >= end) return -1;
+        char e = p[1];
+        p += 2;
+        switch (e) {
+            case '"': *o++ = '"'; break;
+            case '\\': *o++ = '\\'; break;
+            case '/': *o++ = '/'; break;
+            case 'b': *o++ = '\b'; break;
+            case 'f': *o++ = '\f'; break;
+            case 'n': *o++ = '\n'; break;
+            case 'r': *o++ = '\r'; break;
+            case 't': *o++ = '\t'; break;
+            case 'u': {
+                unsigned cp;
+                if (read_u16(p, end, &cp)) return -1;
+                p += 4;
+                if (cp >= 0xD800 && cp <= 0xDBFF) {
+                    unsigned lo;
+                    if (end - p < 6 || p[0] != '\\' || p[1] != 'u' || read_u16(p + 2, end, &lo) || lo < 0xDC00 ||
+                        lo > 0xDFFF) return -1;
+                    p += 6;
+                    cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+                } else if (cp >= 0xDC00 && cp <= 0xDFFF) return -1;
+                o = put_utf8(o, cp);
+                break;
+            }
+            default: return -1;
+        }
+        run = p;
+    }
+    if (!utf8_valid((const unsigned char *)run, end - run)) return -1;
+    memcpy(o, run, end - run); o += end - run;
+    return o - out;
+}
+
+/* ------------------------------------------------------------------ writing */
+
+void out_init(Out *o) { o->p = o->stack; o->n = 0; o->cap = sizeof(o->stack); }
+void out_free(Out *o) { if (o->p != o->stack) PyMem_Free(o->p); }
+
+static int out_reserve(Out *o, Py_ssize_t extra) {
+    if (o->n + extra <= o->cap) return 0;
+    Py_ssize_t cap = (o->n + extra) * 2;
+    char *np = PyMem_Malloc(cap);
+    if (np == NULL) { PyErr_NoMemory(); return -1; }
+    memcpy(np, o->p, o->n);
+    if (o->p != o->stack) PyMem_Free(o->p);
+    o->p = np; o->cap = cap;
+    return 0;
+}
+
+int out_raw(Out *o, const char *s, Py_ssize_t n) {
+    if (out_reserve(o, n)) return -1;
+    memcpy(o->p + o->n, s, n);
+    o->n += n;
+    return 0;
+}
+
+int out_ll(Out *o, long long v) {
+    char tmp[24];
+    int k = snprintf(tmp, sizeof tmp, "%lld", v);
+    return out_raw(o, tmp, k);
+}
+
+/* JSON string of UTF-8 bytes (quotes included). */
+int out_jstr(Out *o, const char *s, Py_ssize_t n) {
+    if (out_reserve(o, n * 6 + 2)) return -1;
+    char *w = o->p + o->n;
+    *w++ = '"';
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\') { *w++ = '\\'; *w++ = (char)c; }
+        else if (c >= 0x20) *w++ = (char)c;
+        else if (c == '\n') { *w++ = '\\'; *w++ = 'n'; }
+        else if (c == '\r') { *w++ = '\\'; *w++ = 'r'; }
+        else if (c == '\t') { *w++ = '\\'; *w++ = 't'; }
+        else if (c == '\b') { *w++ = '\\'; *w++ = 'b'; }
+        else if (c == '\f') { *w++ = '\\'; *w++ = 'f'; }
+        else { static const char hx[] = "0123456789abcdef"; *w++ = '\\'; *w++ = 'u'; *w++ = '0'; *w++ = '0';
+               *w++ = hx[c >> 4]; *w++ = hx[c & 15]; }
+    }
+    *w++ = '"';
+    o->n = w - o->p;
+    return 0;
+}
+
+/* 1 when obj is not a str (caller falls back), -1 on error */
+int out_pystr(Out *o, PyObject *obj) {
+    if (!PyUnicode_CheckExact(obj)) return 1;
+    Py_ssize_t n;
+    const char *u = PyUnicode_AsUTF8AndSize(obj, &n);
+    if (u == NULL) { PyErr_Clear(); return 1; }
+    return out_jstr(o, u, n);
+}
+
+/* prefix (total length, header length) + JSON header, as the Python codec writes it */
+PyObject *frame_bytes(Out *o, Py_ssize_t body_len) {
+    PyObject *r = PyBytes_FromStringAndSize(NULL, o->n + 8);
+    if (r == NULL) return NULL;
+    char *d = PyBytes_AS_STRING(r);
+    put_be32(d, (uint32_t)(4 + o->n + body_len));
+    put_be32(d + 4, (uint32_t)o->n);
+    memcpy(d + 8, o->p, o->n);
+    return r;
+}
+

@@ -1,0 +1,204 @@
+/* brokerd._native.SendLane: the Python type around lane_one (lane_send.c). */
+#include "lane.h"
+
+void lane_clear_cache(Lane *l) {
+    Py_CLEAR(l->last_entry);
+    Py_CLEAR(l->last_topic_obj);
+    l->last_topic_n = -1;
+}
+
+static int Lane_traverse(Lane *l, visitproc visit, void *arg) {
+    Py_VISIT(l->topics); Py_VISIT(l->next_qoff); Py_VISIT(l->listeners); Py_VISIT(l->index_put); Py_VISIT(l->error); Py_VISIT(l->last_entry); Py_VISIT(l->last_topic_obj);
+    return 0;
+}
+
+static int Lane_clear(Lane *l) {
+    Py_CLEAR(l->topics); Py_CLEAR(l->next_qoff); Py_CLEAR(l->listeners); Py_CLEAR(l->index_put); Py_CLEAR(l->error);
+    lane_clear_cache(l);
+    return 0;
+}
+
+static void Lane_dealloc(Lane *l) {
+    PyObject_GC_UnTrack(l);
+    Lane_clear(l);
+    Py_TYPE(l)->tp_free((PyObject *)l);
+}
+
+static int copy_utf8(PyObject *s, char *dst, Py_ssize_t cap, Py_ssize_t *n, const char *what) {
+    Py_ssize_t len;
+    const char *u = PyUnicode_AsUTF8AndSize(s, &len);
+    if (u == NULL) return -1;
+    if (len > cap) { PyErr_Format(PyExc_ValueError, "%s is too long", what); return -1; }
+    memcpy(dst, u, len);
+    *n = len;
+    return 0;
+}
+
+/* Lane(next_qoff, listeners, index_put, cluster, id_prefix, region, trace_on, store_ip, store_port,
+ *      max_body, segment_size) */
+static int Lane_init(Lane *l, PyObject *args, PyObject *kw) {
+    PyObject *next_qoff, *listeners, *index_put, *cluster, *id_prefix, *region, *store_ip;
+    int trace_on, store_port;
+    long long max_body, segment_size;
+    if (!PyArg_ParseTuple(args, "O!O!OUUUpSiLL", &PyDict_Type, &next_qoff, &PyList_Type, &listeners, &index_put,
+                          &cluster, &id_prefix, &region, &trace_on, &store_ip, &store_port, &max_body,
+                          &segment_size))
+        return -1;
+    if (PyBytes_GET_SIZE(store_ip) != 4) { PyErr_SetString(PyExc_ValueError, "store_ip must be 4 bytes"); return -1; }
+    Py_ssize_t n;
+    if (copy_utf8(cluster, l->cluster, 200, &l->cluster_n, "cluster name")) return -1;
+    if (copy_utf8(id_prefix, l->id_prefix, 16, &n, "id prefix")) return -1;
+    if (n != 16) { PyErr_SetString(PyExc_ValueError, "id prefix must be 16 characters"); return -1; }
+    Py_ssize_t rn;
+    const char *r = PyUnicode_AsUTF8AndSize(region, &rn);
+    if (r == NULL) return -1;
+    if (rn > 40) { PyErr_SetString(PyExc_ValueError, "region is too long"); return -1; }
+    Out o; out_init(&o);
+    if (out_jstr(&o, r, rn)) { out_free(&o); return -1; }
+    memcpy(l->region, o.p, o.n); l->region_n = o.n;
+    out_free(&o);
+    l->topics = PyDict_New();
+    if (l->topics == NULL) return -1;
+    Py_INCREF(next_qoff); l->next_qoff = next_qoff;
+    Py_INCREF(listeners); l->listeners = listeners;
+    Py_INCREF(index_put); l->index_put = index_put;
+    l->trace_on = trace_on;
+    memcpy(l->store_ip, PyBytes_AS_STRING(store_ip), 4);
+    l->store_port = store_port;
+    l->max_body = max_body;
+    l->segment_size = segment_size;
+    l->rng = 0x9E3779B97F4A7C15ULL ^ (uint64_t)(uintptr_t)l;
+    l->last_topic_n = -1;
+    return 0;
+}
+
+static PyObject *Lane_add_topic(Lane *l, PyObject *args) {
+    PyObject *topic, *entry;
+    if (!PyArg_ParseTuple(args, "UO!", &topic, &PyTuple_Type, &entry)) return NULL;
+    if (PyTuple_GET_SIZE(entry) != 6 || !PyBytes_Check(PyTuple_GET_ITEM(entry, 0)) ||
+        !PyTuple_Check(PyTuple_GET_ITEM(entry, 4)) || !PyTuple_Check(PyTuple_GET_ITEM(entry, 5))) {
+        PyErr_SetString(PyExc_TypeError, "entry must be (prefix, magic, write_qnums, read_qnums, qkeys, cq_puts)");
+        return NULL;
+    }
+    if (PyDict_SetItem(l->topics, topic, entry) < 0) return NULL;
+    lane_clear_cache(l);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Lane_clear_topics(Lane *l, PyObject *unused) {
+    PyDict_Clear(l->topics);
+    lane_clear_cache(l);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Lane_take_error(Lane *l, PyObject *unused) {
+    PyObject *e = l->error;
+    l->error = NULL;
+    if (e == NULL) Py_RETURN_NONE;
+    return e;
+}
+
+/* run(buf, pos, mm, base, wrote, limit, born_ip, born_port, out, max_frame, notes) -> (pos, stop)
+ * Handles consecutive common-case sends from buf[pos:], appending their records at mm[wrote:] (segment
+ * starting at `base`, records must end by `limit`) and their response frames to `out`. Stops at the first
+ * frame it does not handle (stop=1), at a full segment (2), after a dispatch failure (3, see take_error) or at
+ * the end of the complete frames (0). Results: .wrote .msgs .bytes .last_ts .dispatched_end; `notes` gets
+ * {(topic, qid): (last queue offset, its tags code)} for the dispatch listeners, which the caller runs once the
+ * store's positions are settled (a listener may read the new message at once). */
+static PyObject *Lane_run(Lane *l, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 11 || !PyDict_Check(args[10])) {
+        PyErr_SetString(PyExc_TypeError, "run takes 11 arguments, the last a dict");
+        return NULL;
+    }
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]), max_frame = PyLong_AsSsize_t(args[9]);
+    long long base = PyLong_AsLongLong(args[3]), wrote = PyLong_AsLongLong(args[4]), limit = PyLong_AsLongLong(args[5]);
+    long long born_port = PyLong_AsLongLong(args[7]);
+    if (PyErr_Occurred()) return NULL;
+    if (!PyBytes_Check(args[6]) || PyBytes_GET_SIZE(args[6]) != 4 || !PyList_Check(args[8])) {
+        PyErr_SetString(PyExc_TypeError, "born_ip must be 4 bytes and out a list");
+        return NULL;
+    }
+    Py_buffer in, mm;
+    if (PyObject_GetBuffer(args[0], &in, PyBUF_SIMPLE) < 0) return NULL;
+    if (PyObject_GetBuffer(args[2], &mm, PyBUF_WRITABLE) < 0) { PyBuffer_Release(&in); return NULL; }
+    if (limit > mm.len) limit = mm.len;
+    l->wrote = wrote; l->msgs = 0; l->bytes = 0; l->last_ts = 0; l->dispatched_end = -1; l->pos = pos;
+    const unsigned char *b = in.buf;
+    int stop = STOP_END;
+    PyObject *res = NULL;
+    while (pos >= 0 && in.len - pos >= 8) {
+        int32_t total = be32(b + pos);
+        if (total < 4 || total > max_frame) { stop = STOP_FRAME; break; }
+        if (in.len - pos - 4 < total) break;
+        int r = lane_one(l, b + pos, total, mm.buf, base, limit, (const unsigned char *)PyBytes_AS_STRING(args[6]),
+                         born_port, args[8], args[10]);
+        if (r < 0) goto done;
+        if (r == 0) { stop = STOP_FRAME; break; }
+        if (r == 2) { stop = STOP_ROLL; break; }
+        pos += 4 + total;
+        l->pos = pos;
+        if (l->error != NULL) { stop = STOP_ERROR; break; }
+    }
+    res = Py_BuildValue("(ni)", pos, stop);
+done:
+    PyBuffer_Release(&mm);
+    PyBuffer_Release(&in);
+    return res;
+}
+
+static int Lane_set_sync(Lane *l, PyObject *v, void *unused) {
+    int b = v == NULL ? 0 : PyObject_IsTrue(v);
+    if (b < 0) return -1;
+    l->sync = b;
+    return 0;
+}
+
+static PyObject *Lane_get_sync(Lane *l, void *unused) { return PyBool_FromLong(l->sync); }
+
+static PyObject *Lane_get(Lane *l, void *which) {
+    switch ((intptr_t)which) {
+        case 0: return PyLong_FromLongLong(l->wrote);
+        case 1: return PyLong_FromLongLong(l->msgs);
+        case 2: return PyLong_FromLongLong(l->bytes);
+        case 3: return PyLong_FromLongLong(l->last_ts);
+        case 4: return PyLong_FromLongLong(l->dispatched_end);
+        case 6: return PyLong_FromSsize_t(l->pos);
+        default: return PyLong_FromSsize_t(PyDict_GET_SIZE(l->topics));
+    }
+}
+
+static PyGetSetDef Lane_getset[] = {
+    {"wrote", (getter)Lane_get, NULL, "segment position after the last run", (void *)0},
+    {"msgs", (getter)Lane_get, NULL, "messages stored by the last run", (void *)1},
+    {"bytes", (getter)Lane_get, NULL, "record bytes stored by the last run", (void *)2},
+    {"last_ts", (getter)Lane_get, NULL, "store timestamp of the last record of the last run", (void *)3},
+    {"dispatched_end", (getter)Lane_get, NULL, "end of the last dispatched record of the last run (-1: none)", (void *)4},
+    {"topic_count", (getter)Lane_get, NULL, "topics the lane handles", (void *)5},
+    {"pos", (getter)Lane_get, NULL, "buffer position after the last frame the last run handled", (void *)6},
+    {"sync", (getter)Lane_get_sync, (setter)Lane_set_sync, "SYNC_FLUSH: WAIT=false sends go to Python", NULL},
+    {NULL},
+};
+
+static PyMethodDef Lane_methods[] = {
+    {"run", (PyCFunction)(void (*)(void))Lane_run, METH_FASTCALL, "process common-case sends"},
+    {"add_topic", (PyCFunction)Lane_add_topic, METH_VARARGS, "add_topic(topic, entry)"},
+    {"clear_topics", (PyCFunction)Lane_clear_topics, METH_NOARGS, "forget every topic"},
+    {"take_error", (PyCFunction)Lane_take_error, METH_NOARGS, "the dispatch exception of the last run, or None"},
+    {NULL},
+};
+
+PyTypeObject LaneType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "brokerd._native.SendLane",
+    .tp_basicsize = sizeof(Lane),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Lane_init,
+    .tp_dealloc = (destructor)Lane_dealloc,
+    .tp_traverse = (traverseproc)Lane_traverse,
+    .tp_clear = (inquiry)Lane_clear,
+    .tp_methods = Lane_methods,
+    .tp_getset = Lane_getset,
+    .tp_doc = "The common-case send path in C (see brokerd/native.py).",
+};
+

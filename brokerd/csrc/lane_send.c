@@ -1,0 +1,244 @@
+/* One common-case SEND_MESSAGE (10) / SEND_MESSAGE_V2 (310): from frame bytes to the stored record, the queue
+ * offset, the consume-queue and index puts and the answer frame. Every check the Python send processor makes
+ * either passes here or hands the frame to it (return 0), so both paths store and answer the same. */
+#include "lane.h"
+
+#define F(h, short_name, long_name) ((h)->code == 310 ? (short_name) : (long_name))
+
+/* The numeric and flag fields; 1 ok, 0 Python. */
+static int send_fields(Send *s) {
+    const Hdr *h = &s->h;
+    int v2 = h->code == 310;
+    const Ext *be = find_ext(h, F(h, "m", "batch"), v2 ? 1 : 5);
+    if (be != NULL && !(be->kind == V_NULL || be->kind == V_FALSE ||
+                        (be->kind == V_STR && (be->s.n == 0 || (be->s.n == 5 && memcmp(be->s.p, "false", 5) == 0)))))
+        return 0;  /* batches: Python */
+    long long unused;
+    if (ext_int(h, F(h, "e", "queueId"), -1, &s->qid) || ext_int(h, F(h, "f", "sysFlag"), 0, &s->sys_flag) ||
+        ext_int(h, F(h, "g", "bornTimestamp"), 0, &s->born_ts) || ext_int(h, F(h, "h", "flag"), 0, &s->flag) ||
+        ext_int(h, F(h, "j", "reconsumeTimes"), 0, &s->reconsume) ||
+        ext_int(h, F(h, "d", "defaultTopicQueueNums"), 4, &unused))
+        return 0;
+    if (s->sys_flag & 0xC || s->sys_flag < INT32_MIN || s->sys_flag > INT32_MAX || s->flag < INT32_MIN ||
+        s->flag > INT32_MAX || s->reconsume < INT32_MIN || s->reconsume > INT32_MAX)
+        return 0;  /* transactional flags, out-of-range numbers: Python */
+    return 1;
+}
+
+/* The lane entry of the send's topic (a one-entry cache in front of the topics dict); 1 ok, 0 Python, -1. */
+static int topic_entry(Lane *l, Send *s) {
+    const Hdr *h = &s->h;
+    const Ext *te = find_ext(h, F(h, "b", "topic"), h->code == 310 ? 1 : 5);
+    if (te == NULL || te->kind != V_STR || te->s.esc || te->s.n == 0 || te->s.n > 255) return 0;
+    if (l->last_topic_n == te->s.n && memcmp(l->last_topic, te->s.p, te->s.n) == 0) {
+        s->entry = l->last_entry;
+        return 1;
+    }
+    PyObject *t = PyUnicode_DecodeUTF8(te->s.p, te->s.n, NULL);
+    if (t == NULL) { PyErr_Clear(); return 0; }
+    PyObject *entry = PyDict_GetItemWithError(l->topics, t);
+    if (entry == NULL) { Py_DECREF(t); return PyErr_Occurred() ? -1 : 0; }
+    lane_clear_cache(l);
+    memcpy(l->last_topic, te->s.p, te->s.n);
+    l->last_topic_n = te->s.n;
+    l->last_entry = Py_NewRef(entry);
+    l->last_topic_obj = t;
+    s->entry = entry;
+    return 1;
+}
+
+/* A queue id the topic has and whose consume queue the lane holds (-1: a random write queue); 1 ok, 0 Python. */
+static int choose_queue(Lane *l, Send *s) {
+    long wq = PyLong_AsLong(PyTuple_GET_ITEM(s->entry, 2)), rq = PyLong_AsLong(PyTuple_GET_ITEM(s->entry, 3));
+    PyObject *qkeys = PyTuple_GET_ITEM(s->entry, 4), *cq_puts = PyTuple_GET_ITEM(s->entry, 5);
+    if (PyErr_Occurred()) return -1;
+    if (s->qid < 0) {
+        if (wq <= 0) return 0;
+        l->rng ^= l->rng << 13; l->rng ^= l->rng >> 7; l->rng ^= l->rng << 17;
+        s->qid = (long long)(l->rng % (uint64_t)wq);
+    }
+    if (s->qid >= (wq > rq ? wq : rq) || s->qid >= PyTuple_GET_SIZE(qkeys) || s->qid >= PyTuple_GET_SIZE(cq_puts) ||
+        PyTuple_GET_ITEM(cq_puts, s->qid) == Py_None)  /* no consume queue yet: Python creates it */
+        return 0;
+    return 1;
+}
+
+/* The properties (unescaped into l->scratch, parsed into s->ps) and the stored form (l->props: the pairs in
+ * order, CLUSTER set); 1 ok, 0 Python. */
+static int send_props(Lane *l, Send *s) {
+    const Hdr *h = &s->h;
+    const Ext *pe = find_ext(h, F(h, "i", "properties"), h->code == 310 ? 1 : 10);
+    Py_ssize_t sn = 0;
+    if (pe != NULL && pe->kind == V_STR) {
+        if (pe->s.n > SCRATCH || (sn = unescape(&pe->s, l->scratch)) < 0) return 0;
+    } else if (pe != NULL && pe->kind != V_NULL) return 0;
+    s->np = parse_props(l->scratch, sn, s->ps);
+    if (s->np < 0 || prop(s->ps, s->np, "DELAY", 5) != NULL) return 0;  /* delay levels: Python */
+    s->uniq = prop(s->ps, s->np, "UNIQ_KEY", 8);
+    if (s->uniq == NULL) return 0;  /* Python assigns one */
+    const Prop *wait = prop(s->ps, s->np, "WAIT", 4);
+    if (l->sync && wait != NULL && wait->vn == 5 && memcmp(wait->v, "false", 5) == 0) return 0;
+    s->tags = prop(s->ps, s->np, "TAGS", 4);
+    s->keys = prop(s->ps, s->np, "KEYS", 4);
+    unsigned char *pp = (unsigned char *)l->props;
+    Py_ssize_t pn = 0;
+    int have_cluster = 0;
+    for (int i = 0; i <= s->np; i++) {
+        const char *k = "CLUSTER", *v = l->cluster;
+        Py_ssize_t kn = 7, vn = l->cluster_n;
+        if (i < s->np) {
+            k = s->ps[i].k; kn = s->ps[i].kn;
+            if (kn == 7 && memcmp(k, "CLUSTER", 7) == 0) have_cluster = 1;
+            else { v = s->ps[i].v; vn = s->ps[i].vn; }
+        } else if (have_cluster) break;
+        if (pn + kn + vn + 2 > MAX_PROPS) return 0;  /* Python answers PROPERTIES_SIZE_EXCEEDED */
+        memcpy(pp + pn, k, kn); pn += kn; pp[pn++] = 1;
+        memcpy(pp + pn, v, vn); pn += vn; pp[pn++] = 2;
+    }
+    s->pn = pn;
+    return 1;
+}
+
+/* Parse and check the whole request; 1 ok, 0 Python, -1 a Python exception. */
+static int parse_send(Lane *l, const unsigned char *b, Py_ssize_t total, Send *s) {
+    uint32_t word = (uint32_t)be32(b + 4);
+    Py_ssize_t hlen = word & 0xFFFFFF;
+    if ((word >> 24) != 0 || 4 + hlen > total) return 0;
+    Hdr *h = &s->h;
+    if (parse_header((const char *)b + 8, hlen, h)) return 0;
+    if ((h->code != 310 && h->code != 10) || (h->flag_kind && h->flag != 0) || h->ext_kind != 1) return 0;
+    if (!send_fields(s)) return 0;
+    int r = topic_entry(l, s);
+    if (r == 1) r = choose_queue(l, s);
+    if (r != 1) return r;
+    if (!send_props(l, s)) return 0;
+    s->body = (const char *)b + 8 + hlen;
+    s->blen = total - 4 - hlen;
+    if (s->blen > l->max_body) return 0;  /* Python answers MESSAGE_ILLEGAL */
+    s->size = HEADER_V4_SIZE + s->blen + PyBytes_GET_SIZE(PyTuple_GET_ITEM(s->entry, 0)) + 2 + s->pn;
+    if (s->size + 8 > l->segment_size) return 0;
+    return 1;
+}
+
+/* The stored record (RocketMQ's V1/V2 layout, IPv4 hosts); size and magic last, so a torn write leaves a zero
+ * header that recovery stops at. */
+static void write_record(Lane *l, const Send *s, unsigned char *r, long long qoff, long long phys, long long ts,
+                         uint32_t crc, const unsigned char *born_ip, long long born_port) {
+    PyObject *prefix = PyTuple_GET_ITEM(s->entry, 0);
+    Py_ssize_t tlen = PyBytes_GET_SIZE(prefix);
+    put_be32((char *)r + 8, crc & 0x7FFFFFFF);
+    put_be32((char *)r + 12, (uint32_t)s->qid);
+    put_be32((char *)r + 16, (uint32_t)s->flag);
+    be64w(r + 20, (uint64_t)qoff);
+    be64w(r + 28, (uint64_t)phys);
+    put_be32((char *)r + 36, (uint32_t)(s->sys_flag & ~0x30));
+    be64w(r + 40, (uint64_t)s->born_ts);
+    memcpy(r + 48, born_ip, 4);
+    put_be32((char *)r + 52, (uint32_t)born_port);
+    be64w(r + 56, (uint64_t)ts);
+    memcpy(r + 64, l->store_ip, 4);
+    put_be32((char *)r + 68, (uint32_t)l->store_port);
+    put_be32((char *)r + 72, (uint32_t)s->reconsume);
+    be64w(r + 76, 0);
+    put_be32((char *)r + 84, (uint32_t)s->blen);
+    memcpy(r + HEADER_V4_SIZE, s->body, s->blen);
+    unsigned char *t = r + HEADER_V4_SIZE + s->blen;
+    memcpy(t, PyBytes_AS_STRING(prefix), tlen);
+    be16w(t + tlen, (int)s->pn);
+    memcpy(t + tlen + 2, l->props, s->pn);
+    put_be32((char *)r + 4, (uint32_t)PyLong_AsLong(PyTuple_GET_ITEM(s->entry, 1)));
+    put_be32((char *)r, (uint32_t)s->size);
+}
+
+static PyObject *call4(PyObject *fn, PyObject *a, PyObject *b, PyObject *c, PyObject *d) {
+    PyObject *args[4] = {a, b, c, d};
+    return PyObject_Vectorcall(fn, args, 4, NULL);
+}
+
+/* Consume-queue put, index put, a note for the listeners. A failing put is kept in l->error (the run stops
+ * and the store sets its error flag; recovery redoes the dispatch), never raised: the record is stored. */
+static void dispatch(Lane *l, const Send *s, PyObject *qkey, long long qoff, long long phys, long long ts,
+                     PyObject *notes) {
+    int32_t tags = s->tags != NULL ? java_hash((const unsigned char *)s->tags->v, s->tags->vn) : 0;
+    PyObject *qo = PyLong_FromLongLong(qoff), *po = PyLong_FromLongLong(phys), *so = PyLong_FromLongLong(s->size),
+             *to = PyLong_FromLong(tags), *tso = PyLong_FromLongLong(ts), *res = NULL;
+    if (qo && po && so && to && tso) {
+        res = call4(PyTuple_GET_ITEM(PyTuple_GET_ITEM(s->entry, 5), s->qid), qo, po, so, to);
+        if (res != NULL && l->index_put != Py_None) {
+            Py_DECREF(res);
+            PyObject *kl = index_keys(s->keys, s->uniq);
+            res = kl ? call4(l->index_put, l->last_topic_obj, kl, po, tso) : NULL;
+            Py_XDECREF(kl);
+        }
+    }
+    if (res == NULL) {
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        PyErr_NormalizeException(&et, &ev, &tb);
+        Py_XDECREF(et); Py_XDECREF(tb);
+        l->error = ev ? ev : Py_NewRef(Py_None);
+    } else {
+        Py_DECREF(res);
+        l->dispatched_end = phys + s->size;
+        if (PyList_GET_SIZE(l->listeners) > 0) {  /* listeners run after the run, once per queue */
+            PyObject *note = PyTuple_Pack(2, qo, to);
+            if (note == NULL || PyDict_SetItem(notes, qkey, note) < 0) PyErr_Clear();
+            Py_XDECREF(note);
+        }
+    }
+    Py_XDECREF(qo); Py_XDECREF(po); Py_XDECREF(so); Py_XDECREF(to); Py_XDECREF(tso);
+}
+
+/* The answer frame, field for field what SendProcessor._answer sends. */
+static PyObject *answer(Lane *l, const Send *s, long long qoff, long long phys) {
+    static const char HX[] = "0123456789ABCDEF";
+    char hex[16];
+    for (int i = 15; i >= 0; i--) hex[i] = HX[(phys >> ((15 - i) * 4)) & 15];
+    Out o;
+    out_init(&o);
+    int rc = OUT_LIT(&o, "{\"code\":0,\"extFields\":{\"msgId\":\"");
+    rc |= out_raw(&o, l->id_prefix, 16);
+    rc |= out_raw(&o, hex, 16);
+    rc |= OUT_LIT(&o, "\",\"queueId\":\"");
+    rc |= out_ll(&o, s->qid);
+    rc |= OUT_LIT(&o, "\",\"queueOffset\":\"");
+    rc |= out_ll(&o, qoff);
+    rc |= OUT_LIT(&o, "\",\"transactionId\":");
+    rc |= out_jstr(&o, s->uniq->v, s->uniq->vn);
+    rc |= OUT_LIT(&o, ",\"MSG_REGION\":");
+    rc |= out_raw(&o, l->region, l->region_n);
+    rc |= l->trace_on ? OUT_LIT(&o, ",\"TRACE_ON\":\"true\"}") : OUT_LIT(&o, ",\"TRACE_ON\":\"false\"}");
+    rc |= OUT_LIT(&o, ",\"flag\":1,\"language\":\"JAVA\",\"opaque\":");
+    rc |= out_ll(&o, s->h.opaque_kind ? s->h.opaque : 0);
+    rc |= OUT_LIT(&o, ",\"serializeTypeCurrentRPC\":\"JSON\",\"version\":479}");
+    PyObject *fb = rc ? NULL : frame_bytes(&o, 0);
+    out_free(&o);
+    return fb;
+}
+
+int lane_one(Lane *l, const unsigned char *b, Py_ssize_t total, unsigned char *mm, long long base, long long limit,
+             const unsigned char *born_ip, long long born_port, PyObject *out, PyObject *notes) {
+    Send s;
+    int r = parse_send(l, b, total, &s);
+    if (r != 1) return r;
+    if (l->wrote + s.size + 8 > limit) return 2;
+    PyObject *qkey = PyTuple_GET_ITEM(PyTuple_GET_ITEM(s.entry, 4), s.qid);
+    PyObject *cur = PyDict_GetItemWithError(l->next_qoff, qkey);
+    long long qoff = cur != NULL ? PyLong_AsLongLong(cur) : 0;
+    uint32_t crc;
+    if (PyErr_Occurred() || crc_of(s.body, s.blen, &crc)) return -1;
+    PyObject *nq = PyLong_FromLongLong(qoff + 1);  /* the last step that can fail: nothing written before it */
+    if (nq == NULL || PyDict_SetItem(l->next_qoff, qkey, nq) < 0) { Py_XDECREF(nq); return -1; }
+    Py_DECREF(nq);
+    long long ts = now_ms(), phys = base + l->wrote;
+    write_record(l, &s, mm + l->wrote, qoff, phys, ts, crc, born_ip, born_port);
+    l->wrote += s.size;
+    l->msgs++;
+    l->bytes += s.size;
+    l->last_ts = ts;
+    if (l->error == NULL) dispatch(l, &s, qkey, qoff, phys, ts, notes);
+    PyObject *fb = answer(l, &s, qoff, phys);
+    if (fb == NULL || PyList_Append(out, fb) < 0) PyErr_Clear();  /* stored: the client times out, retries */
+    Py_XDECREF(fb);
+    return 1;
+}

@@ -1,0 +1,52 @@
+/* brokerd._native: the C half of the broker's hot path (see brokerd/native.py for the Python side).
+ *
+ * 1. decode_frame / encode_head (codec.c, json.c): the remoting codec for the common frames (JSON headers with
+ *    string, integer, boolean and null values). Anything else (binary headers, floats, arrays, bad JSON) is
+ *    handed back to the pure-Python codec, which stays the reference and produces the error messages.
+ * 2. SendLane (lane.c, lane_send.c, send.c): the common-case SEND_MESSAGE / SEND_MESSAGE_V2 from frame bytes to
+ *    stored record and response bytes. Any request it does not fully understand stops the lane at that frame;
+ *    Python then handles the frame, so requests are processed in arrival order and every unusual case keeps
+ *    its Python behaviour.
+ */
+#include "send.h"
+
+PyObject *g_cmd_type, *g_languages, *g_crc32, *g_java, *g_true_s, *g_false_s;
+
+static PyObject *setup(PyObject *self, PyObject *args) {
+    PyObject *cmd_type, *languages, *crc32;
+    if (!PyArg_ParseTuple(args, "OO!O", &cmd_type, &PyTuple_Type, &languages, &crc32)) return NULL;
+    if (PyTuple_GET_SIZE(languages) < 8) { PyErr_SetString(PyExc_ValueError, "need at least 8 languages"); return NULL; }
+    Py_XSETREF(g_cmd_type, Py_NewRef(cmd_type));
+    Py_XSETREF(g_languages, Py_NewRef(languages));
+    Py_XSETREF(g_crc32, Py_NewRef(crc32));
+    Py_RETURN_NONE;
+}
+
+static PyObject *java_hash_py(PyObject *self, PyObject *arg) {
+    Py_ssize_t n;
+    const char *u = PyUnicode_AsUTF8AndSize(arg, &n);
+    if (u == NULL) return NULL;
+    return PyLong_FromLong(java_hash((const unsigned char *)u, n));
+}
+
+static PyMethodDef methods[] = {
+    {"setup", setup, METH_VARARGS, "setup(RemotingCommand, LANGUAGES, zlib.crc32)"},
+    {"decode_frame", (PyCFunction)(void (*)(void))decode_frame, METH_FASTCALL, "decode_frame(buf, pos)"},
+    {"encode_head", (PyCFunction)(void (*)(void))encode_head, METH_FASTCALL, "encode_head(...)"},
+    {"java_hash", java_hash_py, METH_O, "Java String.hashCode"},
+    {NULL},
+};
+
+static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "brokerd._native", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__native(void) {
+    PyObject *m = PyModule_Create(&moduledef);
+    if (m == NULL) return NULL;
+    if (PyType_Ready(&LaneType) < 0) return NULL;
+    Py_INCREF(&LaneType);
+    PyModule_AddObject(m, "SendLane", (PyObject *)&LaneType);
+    g_java = PyUnicode_InternFromString("JAVA");
+    g_true_s = PyUnicode_InternFromString("true");
+    g_false_s = PyUnicode_InternFromString("false");
+    return m;
+}

@@ -1,0 +1,96 @@
+/* Shared by the C sources of brokerd._native (see brokerd/native.py): JSON header parsing, JSON writing,
+ * big-endian helpers and the module's shared objects. Sans-I/O: no syscalls, no threads; the caller's thread
+ * holds the GIL throughout. */
+#ifndef BROKERD_NATIVE_H
+#define BROKERD_NATIVE_H
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+/* set by setup() (module.c) */
+extern PyObject *g_cmd_type;   /* brokerd.remoting.command.RemotingCommand */
+extern PyObject *g_languages;  /* tuple of language names */
+extern PyObject *g_crc32;      /* zlib.crc32 */
+extern PyObject *g_java, *g_true_s, *g_false_s;
+
+/* ---- JSON header parsing (json.c) */
+
+typedef struct {
+    const char *p;  /* raw bytes between the quotes (or of the number) */
+    Py_ssize_t n;
+    int esc;        /* contains a backslash escape */
+} Str;
+
+enum { V_MISSING = 0, V_STR, V_INT, V_TRUE, V_FALSE, V_NULL };
+
+typedef struct {
+    Str k;
+    int kind;
+    Str s;
+    long long i;
+} Ext;
+
+#define MAX_EXT 64
+
+typedef struct {
+    int code_kind, opaque_kind, flag_kind, version_kind;
+    long long code, opaque, flag, version;
+    int lang_kind; Str lang; long long lang_i;
+    int remark_kind; Str remark;
+    int ext_kind;  /* V_MISSING, V_NULL or 1 = object */
+    int n_ext;
+    Ext ext[MAX_EXT];
+} Hdr;
+
+typedef struct { const char *p, *end; } Cur;
+
+/* Parse a JSON header object (the whole header must be valid UTF-8 and valid JSON, as orjson requires).
+ * 0 ok, 1 unsupported (the Python codec decides). */
+int parse_header(const char *p, Py_ssize_t n, Hdr *h);
+/* An integer JSON number at c->p (no fraction/exponent, at most 18 digits). 0 ok, 1 unsupported. */
+int parse_int(Cur *c, long long *out);
+/* Unescape a JSON string into out (capacity >= s->n) as UTF-8; its length, -1 when invalid/unsupported. */
+Py_ssize_t unescape(const Str *s, char *out);
+int utf8_valid(const unsigned char *s, Py_ssize_t n);
+
+/* ---- JSON writing (json.c) */
+
+typedef struct {
+    char *p;
+    Py_ssize_t n, cap;
+    char stack[1024];
+} Out;
+
+void out_init(Out *o);
+void out_free(Out *o);
+int out_raw(Out *o, const char *s, Py_ssize_t n);
+int out_ll(Out *o, long long v);
+int out_jstr(Out *o, const char *s, Py_ssize_t n);  /* a JSON string of UTF-8 bytes, quotes included */
+int out_pystr(Out *o, PyObject *obj);                /* 1 when obj is not a plain str (caller falls back) */
+PyObject *frame_bytes(Out *o, Py_ssize_t body_len);  /* total length + header length + the JSON header */
+#define OUT_LIT(o, s) out_raw((o), (s), (Py_ssize_t)sizeof(s) - 1)
+
+/* ---- codec (codec.c) */
+
+PyObject *decode_frame(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *encode_head(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+
+/* ---- the send lane (lane.c) */
+
+extern PyTypeObject LaneType;
+
+/* ---- big-endian helpers */
+
+static inline int32_t be32(const unsigned char *p) {
+    return (int32_t)((uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3]);
+}
+static inline void put_be32(char *p, uint32_t v) {
+    p[0] = (char)(v >> 24); p[1] = (char)(v >> 16); p[2] = (char)(v >> 8); p[3] = (char)v;
+}
+static inline void be16w(unsigned char *p, int v) { p[0] = (unsigned char)(v >> 8); p[1] = (unsigned char)v; }
+static inline void be64w(unsigned char *p, uint64_t v) {
+    for (int i = 7; i >= 0; i--) { p[i] = (unsigned char)v; v >>= 8; }
+}
+
+#endif

@@ -1,0 +1,117 @@
+/* Pieces of a send request the lane needs: header fields, the properties string, tags codes, index keys. */
+#include "send.h"
+
+#include <time.h>
+
+const Ext *find_ext(const Hdr *h, const char *key, Py_ssize_t klen) {
+    for (int i = h->n_ext - 1; i >= 0; i--) {  /* the last occurrence wins, as in a dict */
+        const Ext *e = &h->ext[i];
+        if (!e->k.esc && e->k.n == klen && memcmp(e->k.p, key, klen) == 0) return e;
+    }
+    return NULL;
+}
+
+int ext_int(const Hdr *h, const char *key, long long dflt, long long *out) {
+    const Ext *e = find_ext(h, key, (Py_ssize_t)strlen(key));
+    if (e == NULL || e->kind == V_NULL || (e->kind == V_STR && e->s.n == 0)) { *out = dflt; return 0; }
+    if (e->kind == V_INT) { *out = e->i; return 0; }
+    if (e->kind != V_STR || e->s.esc) return 1;
+    Cur c = {e->s.p, e->s.p + e->s.n};
+    if (c.p < c.end && *c.p == '+') return 1;
+    if (parse_int(&c, out) || c.p != c.end) return 1;
+    return 0;
+}
+
+int32_t java_hash(const unsigned char *s, Py_ssize_t n) {
+    uint32_t h = 0;
+    Py_ssize_t i = 0;
+    while (i < n) {  /* valid UTF-8 (checked by the caller), hashed over UTF-16 code units */
+        unsigned c = s[i], cp;
+        if (c < 0x80) { cp = c; i += 1; }
+        else if (c < 0xE0) { cp = (c & 0x1F) << 6 | (s[i + 1] & 0x3F); i += 2; }
+        else if (c < 0xF0) { cp = (c & 0x0F) << 12 | (s[i + 1] & 0x3F) << 6 | (s[i + 2] & 0x3F); i += 3; }
+        else {
+            cp = (c & 0x07) << 18 | (s[i + 1] & 0x3F) << 12 | (s[i + 2] & 0x3F) << 6 | (s[i + 3] & 0x3F); i += 4;
+            cp -= 0x10000;
+            h = 31 * h + (0xD800 + (cp >> 10));
+            h = 31 * h + (0xDC00 + (cp & 0x3FF));
+            continue;
+        }
+        h = 31 * h + cp;
+    }
+    return (int32_t)h;
+}
+
+int parse_props(const char *s, Py_ssize_t n, Prop *out) {
+    int cnt = 0;
+    const char *p = s, *end = s + n;
+    while (p <= end) {
+        const char *seg_end = memchr(p, '\x02', end - p);
+        if (seg_end == NULL) seg_end = end;
+        const char *sep = memchr(p, '\x01', seg_end - p);
+        if (sep != NULL && sep > p && seg_end > sep + 1) {
+            Py_ssize_t kn = sep - p;
+            int j;
+            for (j = 0; j < cnt; j++)
+                if (out[j].kn == kn && memcmp(out[j].k, p, kn) == 0) break;
+            if (j == cnt) {
+                if (cnt >= MAX_PROPS_N) return -1;
+                out[cnt].k = p; out[cnt].kn = kn; cnt++;
+            }
+            out[j].v = sep + 1; out[j].vn = seg_end - sep - 1;
+        }
+        if (seg_end == end) break;
+        p = seg_end + 1;
+    }
+    return cnt;
+}
+
+const Prop *prop(const Prop *ps, int n, const char *k, Py_ssize_t kn) {
+    for (int i = 0; i < n; i++)
+        if (ps[i].kn == kn && memcmp(ps[i].k, k, kn) == 0) return &ps[i];
+    return NULL;
+}
+
+static int append_str(PyObject *lst, const char *p, Py_ssize_t n) {
+    PyObject *k = PyUnicode_DecodeUTF8(p, n, NULL);
+    int rc = k == NULL ? -1 : PyList_Append(lst, k);
+    Py_XDECREF(k);
+    return rc;
+}
+
+PyObject *index_keys(const Prop *keys, const Prop *uniq) {
+    PyObject *lst = PyList_New(0);
+    if (lst == NULL) return NULL;
+    int uniq_seen = 0;
+    if (keys != NULL) {
+        const char *p = keys->v, *end = keys->v + keys->vn;
+        while (p < end) {
+            const char *sp = memchr(p, ' ', end - p);
+            if (sp == NULL) sp = end;
+            if (sp > p) {
+                if (uniq != NULL && uniq->vn == sp - p && memcmp(uniq->v, p, sp - p) == 0) uniq_seen = 1;
+                if (append_str(lst, p, sp - p) < 0) { Py_DECREF(lst); return NULL; }
+            }
+            p = sp + 1;
+        }
+    }
+    if (uniq != NULL && !uniq_seen && append_str(lst, uniq->v, uniq->vn) < 0) { Py_DECREF(lst); return NULL; }
+    return lst;
+}
+
+int crc_of(const char *p, Py_ssize_t n, uint32_t *out) {
+    PyObject *mv = PyMemoryView_FromMemory((char *)p, n, PyBUF_READ);
+    if (mv == NULL) return -1;
+    PyObject *r = PyObject_CallOneArg(g_crc32, mv);
+    Py_DECREF(mv);
+    if (r == NULL) return -1;
+    *out = (uint32_t)PyLong_AsUnsignedLong(r);
+    Py_DECREF(r);
+    return PyErr_Occurred() ? -1 : 0;
+}
+
+long long now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}

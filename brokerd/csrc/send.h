@@ -1,0 +1,24 @@
+/* Send-request helpers shared by the lane (send.c). */
+#ifndef BROKERD_SEND_H
+#define BROKERD_SEND_H
+#include "native.h"
+
+typedef struct { const char *k; Py_ssize_t kn; const char *v; Py_ssize_t vn; } Prop;
+#define MAX_PROPS_N 256
+
+/* The ext field `key` (the last occurrence wins, as in a dict), NULL when absent. */
+const Ext *find_ext(const Hdr *h, const char *key, Py_ssize_t klen);
+/* int(field or default) as the Python processor reads it: 0 ok, 1 unsupported (Python parses it). */
+int ext_int(const Hdr *h, const char *key, long long dflt, long long *out);
+/* Properties as Java's string2messageProperties reads them (segments split on 0x02, name 0x01 value, both
+ * non-empty; a later duplicate replaces the value in place). The count, -1 when there are too many. */
+int parse_props(const char *s, Py_ssize_t n, Prop *out);
+const Prop *prop(const Prop *ps, int n, const char *k, Py_ssize_t kn);
+/* Index keys: KEYS split on spaces (non-empty) + UNIQ_KEY when not among them (a new list). */
+PyObject *index_keys(const Prop *keys, const Prop *uniq);
+/* Java String.hashCode of valid UTF-8 (over UTF-16 code units): the consume-queue tags code. */
+int32_t java_hash(const unsigned char *s, Py_ssize_t n);
+int crc_of(const char *p, Py_ssize_t n, uint32_t *out);  /* zlib.crc32 over the bytes; -1 on error */
+long long now_ms(void);
+
+#endif
