@@ -14,6 +14,8 @@ COUNTERS = (
     ("rocketmq_messages_in_total", "counter", "Messages stored by the broker", lambda b: b.stats.msgs_in),
     ("rocketmq_messages_out_total", "counter", "Messages returned to consumers", lambda b: b.stats.msgs_out),
     ("rocketmq_bytes_in_total", "counter", "Stored bytes", lambda b: b.stats.bytes_in),
+    ("rocketmq_send_lane_messages_total", "counter", "Messages of rocketmq_messages_in_total stored by the C send lane",
+     lambda b: b.send_lane.handled if b.send_lane is not None else 0),
     ("rocketmq_bytes_out_total", "counter", "Bytes returned to consumers", lambda b: b.stats.bytes_out),
     ("rocketmq_errors_total", "counter", "Failed requests", lambda b: b.stats.errors),
     ("rocketmq_disk_usage_bytes", "gauge", "Commit log + consume queue + index bytes",

@@ -11,6 +11,7 @@ import urllib.request
 import orjson
 import pytest
 
+from brokerd.native import native
 from tests.support import VENV_BIN, ClientRun, Cluster, broker_port, can_connect, rpc, wait_for, write_broker_conf
 
 pytestmark = pytest.mark.integration
@@ -163,16 +164,19 @@ def test_update_and_get_broker_config_over_admin_port(three: Cluster) -> None:
 
 
 def test_metrics_are_per_broker(three: Cluster) -> None:
-    for _ in range(5):
-        send = {"a": "pg", "b": "T_metrics", "c": "TBW102", "d": "4", "e": "0", "f": "0", "g": "0", "h": "0"}
+    for i in range(10):  # without a UNIQ_KEY (the Python send path assigns one), then with one (the C lane)
+        send = {"a": "pg", "b": "T_metrics", "c": "TBW102", "d": "4", "e": "0", "f": "0", "g": "0", "h": "0",
+                "i": f"UNIQ_KEY\x01M{i}\x02" if i >= 5 else ""}
         assert rpc(three.broker_addr(0), 310, send, b"12345").code == 0
     log = three.daemon.output() if three.daemon else ""
     port = int(log.split("metrics port ")[1].split()[0].strip(","))
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    assert 'rocketmq_messages_in_total{broker="DefaultCluster:broker-a:0"} 5' in text
+    assert 'rocketmq_messages_in_total{broker="DefaultCluster:broker-a:0"} 10' in text
     assert 'rocketmq_messages_in_total{broker="DefaultCluster:broker-b:0"} 0' in text
+    lane = 5 if native is not None else 0  # the daemon inherits BROKERD_NATIVE from this process
+    assert f'rocketmq_send_lane_messages_total{{broker="DefaultCluster:broker-a:0"}} {lane}' in text
     out = mqadmin("brokerStatus", "-b", three.broker_addr(0))
-    assert out.returncode == 0 and "msgPutTotalTodayNow" in out.stdout and ": 5" in out.stdout
+    assert out.returncode == 0 and "msgPutTotalTodayNow" in out.stdout and ": 10" in out.stdout
 
 
 def test_invalid_config_stops_startup_naming_the_key(tmp_path: pathlib.Path) -> None:
