@@ -3,16 +3,26 @@
  * either passes here or hands the frame to it (return 0), so both paths store and answer the same. */
 #include "lane.h"
 
+#include <strings.h>
+
 #define F(h, short_name, long_name) ((h)->code == 310 ? (short_name) : (long_name))
+
+/* The batch field as the Python processor reads it (value.lower() in ("true", "1"); C++ clients send "0"); an
+ * escaped string counts as a batch, so Python decides. */
+static int is_batch(const Ext *e) {
+    if (e->kind == V_TRUE) return 1;
+    if (e->kind == V_INT) return e->i == 1;
+    if (e->kind != V_STR) return 0;
+    if (e->s.esc) return 1;
+    return (e->s.n == 1 && e->s.p[0] == '1') || (e->s.n == 4 && strncasecmp(e->s.p, "true", 4) == 0);
+}
 
 /* The numeric and flag fields; 1 ok, 0 Python. */
 static int send_fields(Send *s) {
     const Hdr *h = &s->h;
     int v2 = h->code == 310;
     const Ext *be = find_ext(h, F(h, "m", "batch"), v2 ? 1 : 5);
-    if (be != NULL && !(be->kind == V_NULL || be->kind == V_FALSE ||
-                        (be->kind == V_STR && (be->s.n == 0 || (be->s.n == 5 && memcmp(be->s.p, "false", 5) == 0)))))
-        return 0;  /* batches: Python */
+    if (be != NULL && is_batch(be)) return 0;  /* batches: Python */
     long long unused;
     if (ext_int(h, F(h, "e", "queueId"), -1, &s->qid) || ext_int(h, F(h, "f", "sysFlag"), 0, &s->sys_flag) ||
         ext_int(h, F(h, "g", "bornTimestamp"), 0, &s->born_ts) || ext_int(h, F(h, "h", "flag"), 0, &s->flag) ||

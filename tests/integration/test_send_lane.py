@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import random
 from pathlib import Path
 from typing import Any
@@ -75,12 +76,12 @@ async def start_broker(root: Path, lane: bool, **cfg: Any) -> tuple[Broker, Conn
 
 
 def send(opaque: int, topic: str, qid: int, props: dict[str, str], body: bytes, *, v1: bool = False,
-         code: int | None = None, oneway: bool = False) -> bytes:  # fmt: skip
+         code: int | None = None, oneway: bool = False, batch: str = "false") -> bytes:  # fmt: skip
     names = (("producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag", "bornTimestamp",
               "flag", "properties", "reconsumeTimes", "unitMode", "maxReconsumeTimes", "batch") if v1
              else tuple("abcdefghijklm"))  # fmt: skip
     values = ("pg", topic, "TBW102", "4", str(qid), "0", "1700000000123", str(opaque % 7), encode_properties(props).decode(),
-              "0", "false", "16", "false")  # fmt: skip
+              "0", "false", "16", batch)  # fmt: skip
     cmd = request(code or (10 if v1 else 310), dict(zip(names, values, strict=True)), body, oneway=oneway)
     cmd.opaque = opaque
     return encode(cmd)
@@ -127,7 +128,8 @@ def mixed_stream(seed: int, n: int) -> list[bytes]:
                 "sysFlag": "0", "commitOffset": "0", "suspendTimeoutMillis": "0", "subscription": "*",
                 "subVersion": "0"}), opaque=i)))  # fmt: skip
             continue
-        frames.append(send(i, topic, rnd.randrange(4), props, body, v1=rnd.random() < 0.3))
+        batch = rnd.choice(["false", "0", "", "false", "0"]) if rnd.random() < 0.98 else rnd.choice(["1", "TRUE"])
+        frames.append(send(i, topic, rnd.randrange(4), props, body, v1=rnd.random() < 0.3, batch=batch))
     return frames
 
 
@@ -396,5 +398,29 @@ async def test_live_config_changes_reach_the_answers(tmp_path: Path) -> None:
         assert {regions[i] for i in range(1, 9)} == {("DefaultRegion", "true")}
         assert {regions[i] for i in range(9, 17)} == {("EU-1", "false")}
         assert b.send_lane is not None and b.send_lane.handled >= 8
+    finally:
+        await b.shutdown()
+
+
+CAPTURES = json.loads((Path(__file__).parents[1] / "testdata" / "client_first_frames.json").read_text())
+
+
+@pytest.mark.parametrize("capture", [f for f in CAPTURES if f["target"] == "broker"], ids=lambda f: f["client"][:28])
+async def test_real_client_sends_take_the_lane_when_they_can(tmp_path: Path, capture: dict[str, Any]) -> None:
+    """The first send of a queue goes through Python (admission); the next identical one takes the lane when it
+    has a JSON header and a UNIQ_KEY (ali-ons sends none: Python assigns it; binary headers: Python)."""
+    raw = bytes.fromhex(capture["hex"])
+    cmd = FrameDecoder().feed(raw)[0]
+    b, conn, tr = await start_broker(tmp_path, True)
+    try:
+        b.meta.topics.update(TopicConfig(cmd.ext.get("b") or cmd.ext["topic"], 4, 4))
+        conn.data_received(raw)
+        conn.data_received(raw)
+        assert [c.code for c in tr.frames] == [0, 0]
+        takes_lane = capture["ser"] == "JSON" and "UNIQ_KEY" in (cmd.ext.get("i") or cmd.ext.get("properties") or "")
+        assert b.send_lane is not None and b.send_lane.handled == (1 if takes_lane else 0)
+        first, second = records(b)
+        assert first[:2] == second[:2] and first[4:] [:-3] == second[4:][:-3]  # same topic, queue, flags, body
+        assert int(tr.frames[1].ext["queueOffset"]) == int(tr.frames[0].ext["queueOffset"]) + 1
     finally:
         await b.shutdown()
