@@ -30,6 +30,7 @@ from brokerd.processors.pull import PullProcessor
 from brokerd.processors.query import QueryProcessor
 from brokerd.processors.send import SendProcessor
 from brokerd.processors.sendback import SendBackProcessor
+from brokerd.processors.transaction import TransactionProcessor
 from brokerd.remoting.client import RemotingClient
 from brokerd.remoting.connection import Dispatcher, Handler
 from brokerd.schedule import ScheduleService
@@ -90,9 +91,10 @@ class Broker:
         self.fast_dispatcher = Dispatcher(cfg.identity + ":fast")
         self.pull = PullProcessor(self)
         send = SendProcessor(self)
+        self.transactions = TransactionProcessor(self)
         self.send_lane = send.lane
         self.dispatcher.lane = self.fast_dispatcher.lane = send.lane
-        for proc in (send, self.pull, OffsetProcessor(self), ClientProcessor(self),
+        for proc in (send, self.transactions, self.pull, OffsetProcessor(self), ClientProcessor(self),
                      SendBackProcessor(self), QueryProcessor(self), AdminProcessor(self)):
             table: dict[int, Handler] = proc.handlers()  # type: ignore[assignment]
             self.dispatcher.register_all(table)
@@ -112,6 +114,7 @@ class Broker:
         await self.store.start()
         self.meta.hub.add_observer(self)
         self.schedule.start()
+        self.transactions.start()
         self._tasks = [asyncio.create_task(self._register_loop()), asyncio.create_task(self._housekeeping())]
         self.status = "running"
         self.log.info("broker_started", addr=self.cfg.broker_addr, role=self.cfg.broker_role)
@@ -122,6 +125,7 @@ class Broker:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.schedule.stop()
+        await self.transactions.stop()
         self.pull.hold.wake_all()
         await self._unregister_all()
         self.meta.persist_all()

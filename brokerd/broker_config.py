@@ -73,6 +73,10 @@ class BrokerConfig:
     region_id: str = "DefaultRegion"
     trace_on: bool = True
     flush_consumer_offset_interval: int = 5000
+    transaction_time_out: int = 6000  # ms before an unfinished half message's producer is asked
+    transaction_check_max: int = 15  # asks before the half message is given up (TRANS_CHECK_MAX_TIME_TOPIC)
+    transaction_check_interval: int = 60_000  # ms between passes of the check service
+    reject_transaction_message: bool = False
     enable_controller_mode: bool = False
     controller_addr: str | None = None
     # container-level knobs a broker may override
@@ -106,7 +110,10 @@ class BrokerConfig:
                          ("defaultTopicQueueNums", self.default_topic_queue_nums),
                          ("cleanResourceInterval", self.clean_resource_interval),
                          ("maxHashSlotNum", self.max_hash_slot_num), ("maxIndexNum", self.max_index_num),
-                         ("flushIntervalConsumeQueue", self.flush_interval_consume_queue)):
+                         ("flushIntervalConsumeQueue", self.flush_interval_consume_queue),
+                         ("transactionTimeOut", self.transaction_time_out),
+                         ("transactionCheckMax", self.transaction_check_max),
+                         ("transactionCheckInterval", self.transaction_check_interval)):
             if val <= 0:
                 raise ConfigError(f"{key}: must be > 0, got {val}")
         for key, r in (("diskSpaceWarningLevelRatio", self.disk_space_warning_level_ratio),

@@ -3,14 +3,16 @@ so nothing leaks between brokers) and `/health`."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 if TYPE_CHECKING:
+    from brokerd.broker import Broker
     from container.host import BrokerContainer
 
-COUNTERS = (
+COUNTERS: tuple[tuple[str, str, str, Callable[[Broker], int]], ...] = (
     ("rocketmq_messages_in_total", "counter", "Messages stored by the broker", lambda b: b.stats.msgs_in),
     ("rocketmq_messages_out_total", "counter", "Messages returned to consumers", lambda b: b.stats.msgs_out),
     ("rocketmq_bytes_in_total", "counter", "Stored bytes", lambda b: b.stats.bytes_in),

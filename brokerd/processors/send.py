@@ -10,10 +10,11 @@ from typing import TYPE_CHECKING
 
 from brokerd import message as m
 from brokerd.message import MessageInner
-from brokerd.metadata.names import RETRY_GROUP_TOPIC_PREFIX, RMQ_SYS_SCHEDULE_TOPIC, dlq_topic
+from brokerd.metadata.names import RETRY_GROUP_TOPIC_PREFIX, RMQ_SYS_SCHEDULE_TOPIC, RMQ_SYS_TRANS_HALF_TOPIC, dlq_topic
 from brokerd.metadata.topic import PERM_WRITE, TopicConfig, validate_topic
 from brokerd.native import native
 from brokerd.processors.send_lane import SendLane
+from brokerd.processors.transaction import is_half_request, to_half
 from brokerd.remoting.codes import ResponseCode
 from brokerd.remoting.command import HeaderError, RemotingCommand
 from brokerd.remoting.connection import Connection
@@ -141,6 +142,12 @@ class SendProcessor:
             if dlq_err is not None:
                 return dlq_err
         msg = self._build(conn, h, topic, queue_id, body, props)
+        if is_half_request(msg):
+            if self.broker.cfg.reject_transaction_message:
+                return cmd.response(ResponseCode.NO_PERMISSION,
+                                    f"the broker[{self.broker.cfg.broker_ip1}] sending transaction message is forbidden")
+            self.broker.meta.topics.create_topic_in_send_back_method(RMQ_SYS_TRANS_HALF_TOPIC, 1, 6, 0)
+            to_half(msg)
         res = self._store(cmd, h, [msg], queue_id)
         if self.lane is not None and msg.topic is h.topic:  # a plain message: the next ones can take the C lane
             self.lane.admit(msg.topic, tc, queue_id)

@@ -162,6 +162,64 @@ def pull():
     return 0 if done.is_set() else 1
 
 
+def txn():
+    """Transactional producer through the C++ core's C API (the python wrapper does not expose it).
+    OUTCOMES=commit,rollback,unknown,...: message i's local transaction answers OUTCOMES[i]; a broker check-back
+    answers CHECK_ANSWER (commit); emits {"sent": i, ...} per message and {"checked": key} per check-back."""
+    from ctypes import CFUNCTYPE, POINTER, byref, c_char_p, c_int, c_void_p
+
+    from rocketmq.ffi import _CSendResult
+
+    status = {"commit": 0, "rollback": 1, "unknown": 2}
+    outcomes = E.get("OUTCOMES", "commit").split(",")
+    check_answer = status[E.get("CHECK_ANSWER", "commit")]
+    cb_type = CFUNCTYPE(c_int, c_void_p, c_void_p, c_void_p)
+    dll.GetOriginMessageKeys.argtypes = [c_void_p]
+    dll.GetOriginMessageKeys.restype = c_char_p
+    dll.GetMessageKeys.argtypes = [c_void_p]
+    dll.GetMessageKeys.restype = c_char_p
+
+    def execute(producer, msg, data):
+        key = dll.GetOriginMessageKeys(msg).decode()
+        return status[outcomes[int(key.split("-")[1]) % len(outcomes)]]
+
+    def check(producer, msg_ext, data):
+        emit({"checked": dll.GetMessageKeys(msg_ext).decode()})
+        return check_answer
+
+    check_cb, exec_cb = cb_type(check), cb_type(execute)  # kept referenced for the producer's lifetime
+    dll.CreateTransactionProducer.argtypes = [c_char_p, cb_type, c_void_p]
+    dll.CreateTransactionProducer.restype = c_void_p
+    dll.SendMessageTransaction.argtypes = [c_void_p, c_void_p, cb_type, c_void_p, POINTER(_CSendResult)]
+    dll.SendMessageTransaction.restype = c_int
+    for name in ("SetProducerNameServerAddress",):
+        getattr(dll, name).argtypes = [c_void_p, c_char_p]
+    for name in ("StartProducer", "ShutdownProducer", "DestroyProducer"):
+        getattr(dll, name).argtypes = [c_void_p]
+    p = dll.CreateTransactionProducer(E.get("PGROUP", "PID_" + GROUP).encode(), check_cb, None)
+    dll.SetProducerNameServerAddress(p, NAMESRV.encode())
+    dll.StartProducer(p)
+    ok = 0
+    for i in range(COUNT):
+        msg = dll.CreateMessage(TOPIC.encode())
+        dll.SetMessageKeys(msg, f"key-{i}".encode())
+        dll.SetMessageTags(msg, b"TagA")
+        dll.SetMessageProperty(msg, b"seq", str(i).encode())
+        dll.SetMessageBody(msg, f"txn-body-{i}".encode())
+        res = _CSendResult()
+        rc_ = dll.SendMessageTransaction(p, msg, exec_cb, None, byref(res))
+        emit({"sent": i, "rc": rc_, "status": res.sendStatus, "msg_id": res.msgId.decode(), "offset": res.offset})
+        ok += rc_ == 0
+        dll.DestroyMessage(msg)
+    emit({"sent_ok": ok})
+    deadline = time.time() + float(E.get("LINGER", "0"))  # stay connected to answer check-backs
+    while time.time() < deadline:
+        time.sleep(0.1)  # sleep-ok: the client lingers for the broker's check-backs, no synchronisation
+    dll.ShutdownProducer(p)
+    dll.DestroyProducer(p)
+    return 0 if ok == COUNT else 1
+
+
 if __name__ == "__main__":
     mode = sys.argv[1] if len(sys.argv) > 1 else "produce"
-    sys.exit({"produce": produce, "push": push, "pull": pull}[mode]())
+    sys.exit({"produce": produce, "push": push, "pull": pull, "txn": txn}[mode]())

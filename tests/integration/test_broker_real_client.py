@@ -8,7 +8,7 @@ import pathlib
 import orjson
 import pytest
 
-from tests.support import ClientRun, Cluster, rpc, wait_for
+from tests.support import ClientRun, Cluster, received, rpc, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -159,3 +159,27 @@ def test_failed_message_retried_then_dead_lettered(cluster: Cluster, tmp_path: p
     # one send-back per round: the first delivery plus 16 reconsumes (the client's maxReconsumeTimes)
     assert all(m.reconsume_times == 17 and m.properties["RETRY_TOPIC"] == topic for m in msgs)
     assert all(m.body.decode().startswith("body-") for m in msgs)
+
+
+def test_transactional_producer_commit_rollback_and_check_back(tmp_path: pathlib.Path) -> None:
+    """The C++ core's transactional producer: committed messages are consumed, rolled-back ones never are, and
+    an unknown outcome is settled by the broker's check-back (CHECK_TRANSACTION_STATE → commit)."""
+    c = Cluster(tmp_path, brokers=1, transactionTimeOut="500", transactionCheckInterval="200").start()
+    try:
+        topic = "T_txn"
+        assert rpc(c.broker_addr(), 17, {"topic": topic, "readQueueNums": "4", "writeQueueNums": "4"}).code == 0
+        wait_for(lambda: rpc(c.namesrv, 105, {"topic": topic}).code == 0, 10, "topic routable")
+        producer = ClientRun("txn", c.client_env(TOPIC=topic, COUNT=9, OUTCOMES="commit,rollback,unknown",
+                                                 LINGER=20), tmp_path / "p")  # fmt: skip
+        wait_for(lambda: any("sent_ok" in r for r in producer.rows), 60, "all transactional sends")
+        assert [r for r in producer.rows if "sent_ok" in r][0]["sent_ok"] == 9
+        wait_for(lambda: len([r for r in producer.rows if "checked" in r]) >= 3, 30, "a check-back per unknown one")
+        consumer = ClientRun("pull", c.client_env(TOPIC=topic, GROUP="G_txn", COUNT=6, TIMEOUT=60), tmp_path / "c")
+        code, rows = consumer.wait(90)
+        producer.kill()
+        assert code == 0, rows[-3:]
+        seqs = sorted(int(d["props"]["seq"]) for d in received(rows))
+        assert seqs == [0, 2, 3, 5, 6, 8]  # commit (i % 3 == 0) and unknown-then-commit (i % 3 == 2)
+        assert {r["checked"] for r in producer.rows if "checked" in r} >= {"key-2", "key-5", "key-8"}
+    finally:
+        assert c.stop() == 0
