@@ -82,6 +82,7 @@ class TransactionProcessor:
         self.broker = broker
         self.log = structlog.get_logger("transaction").bind(broker=broker.cfg.identity)
         self._done: set[int] = set()  # half queue offsets with an op message at or past the scan position
+        self._ended: dict[str, None] = {}  # UNIQ_KEYs of transactions ended in this process (newest last, bounded)
         self._task: asyncio.Task[None] | None = None
         self.checks_sent = 0
 
@@ -105,9 +106,11 @@ class TransactionProcessor:
         group = cmd.ext.get("producerGroup", "")
         if half.properties.get(m.PGROUP) != group:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"the producer group {group!r} of the message does not match")
-        if queue_offset in self._done or queue_offset < self._progress(RMQ_SYS_TRANS_HALF_TOPIC):
-            # already ended (a duplicated END_TRANSACTION), or a late answer for a message the check service has
-            # put back since: the copy is asked about and ended instead, so nothing is stored twice
+        if (queue_offset in self._done or queue_offset < self._progress(RMQ_SYS_TRANS_HALF_TOPIC)
+                or half.properties.get(m.UNIQ_KEY, "") in self._ended):  # fmt: skip
+            # already ended (a duplicated END_TRANSACTION, or an answer for a put-back copy of an ended one), or
+            # a late answer for a message the check service has put back since: the copy is asked about and
+            # ended instead, so nothing is stored twice
             return cmd.response()
         if outcome == m.TRANSACTION_COMMIT_TYPE:
             res = await b.store.put_message(real_message(half, outcome))
@@ -127,6 +130,9 @@ class TransactionProcessor:
         res = await b.store.put_message(op)
         if res.status in PUT_OK:
             self._done.add(half.queue_offset)
+            self._ended[half.properties.get(m.UNIQ_KEY, "")] = None
+            if len(self._ended) > 100_000:
+                del self._ended[next(iter(self._ended))]
         return res
 
     # ------------------------------------------------------------------ the check service
@@ -165,31 +171,37 @@ class TransactionProcessor:
     def _commit(self, topic: str, offset: int) -> None:
         self.broker.meta.offsets.commit_offset("broker", CID_SYS_RMQ_TRANS, topic, 0, offset)
 
-    def _read_ops(self, half_from: int) -> None:
-        """Learn the half offsets that have op messages; op progress moves past everything read."""
+    def _read_ops(self, half_from: int) -> list[tuple[int, int]]:
+        """The op messages from the op progress on as (op queue offset, half offset); learns the half offsets
+        at or past ``half_from`` that are done."""
         off = self._progress(RMQ_SYS_TRANS_OP_HALF_TOPIC)
+        ops: list[tuple[int, int]] = []
         while batch := self._read(RMQ_SYS_TRANS_OP_HALF_TOPIC, off):
             for op in batch:
                 body = op.body.decode("ascii", "replace")
-                if op.properties.get(m.TAGS) == OP_TAG and body.isdigit() and int(body) >= half_from:
-                    self._done.add(int(body))
+                half = int(body) if op.properties.get(m.TAGS) == OP_TAG and body.isdigit() else -1
+                if half >= half_from:
+                    self._done.add(half)
+                ops.append((op.queue_offset, half))
                 off = op.queue_offset + 1
-        self._commit(RMQ_SYS_TRANS_OP_HALF_TOPIC, off)
+        return ops
 
     async def check_once(self) -> None:
         """One pass over the half queue (what RocketMQ's TransactionalMessageCheckService does per period)."""
         cfg = self.broker.cfg
         off = self._progress(RMQ_SYS_TRANS_HALF_TOPIC)
-        self._read_ops(off)
+        ops = self._read_ops(off)
         now = _now_ms()
         for half in self._halves(off, self.broker.store.max_offset_in_queue(RMQ_SYS_TRANS_HALF_TOPIC, 0)):
             if half.queue_offset not in self._done:
-                if now - half.born_timestamp < _immunity_ms(half, cfg.transaction_time_out):
+                if half.properties.get(m.UNIQ_KEY, "") in self._ended:
+                    pass  # a put-back copy of a transaction ended since: nothing to ask
+                elif now - half.born_timestamp < _immunity_ms(half, cfg.transaction_time_out):
                     break  # this one and every later one are too young
-                if not await self._check(half, cfg.transaction_check_max):
+                elif not await self._check(half, cfg.transaction_check_max):
                     break  # storing failed: retry from here next period
             off = half.queue_offset + 1
-        self._advance(off)
+        self._advance(off, ops)
 
     def _halves(self, off: int, end: int) -> Iterator[MessageExt]:
         """Half messages in [off, end): those put back during this pass wait for the next."""
@@ -200,9 +212,14 @@ class TransactionProcessor:
                 yield half
             off = batch[-1].queue_offset + 1
 
-    def _advance(self, off: int) -> None:
+    def _advance(self, off: int, ops: list[tuple[int, int]]) -> None:
+        """Store the progress: the half queue up to ``off``; the op queue over the op messages no longer needed
+        (those of half messages below ``off``), so a restart still knows which later half messages are done."""
         self._commit(RMQ_SYS_TRANS_HALF_TOPIC, off)
         self._done = {o for o in self._done if o >= off}
+        keep = next((op_off for op_off, half in ops if half >= off), None)
+        if ops:
+            self._commit(RMQ_SYS_TRANS_OP_HALF_TOPIC, keep if keep is not None else ops[-1][0] + 1)
 
     async def _check(self, half: MessageExt, check_max: int) -> bool:
         """Put the half message back and ask its producer group; False when storing failed (retry later)."""

@@ -5,6 +5,8 @@ producer group (CHECK_TRANSACTION_STATE) until it answers; progress survives a r
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import time
 from pathlib import Path
 
 import orjson
@@ -24,7 +26,7 @@ GROUP = "PG_txn"
 def half(opaque: int, key: str, qid: int = 1) -> bytes:
     props = {"UNIQ_KEY": key, "TRAN_MSG": "true", "PGROUP": GROUP, "TAGS": "t", "KEYS": key}
     cmd = request(310, {"a": GROUP, "b": TOPIC, "c": "TBW102", "d": "4", "e": str(qid), "f": str(m.TRANSACTION_PREPARED_TYPE),
-                        "g": "1", "h": "0", "i": m.encode_properties(props).decode(), "j": "0", "k": "false"},
+                        "g": str(time.time_ns() // 1_000_000), "h": "0", "i": m.encode_properties(props).decode(), "j": "0", "k": "false"},
                   f"body-{key}".encode())  # fmt: skip
     cmd.opaque = opaque
     return encode(cmd)
@@ -146,3 +148,32 @@ async def test_transaction_messages_can_be_refused_by_config(tmp_path: Path) -> 
         assert tr.frames[0].code == 16 and "transaction" in (tr.frames[0].remark or "")
     finally:
         await b.shutdown()
+
+
+async def test_restart_remembers_ended_transactions_behind_an_unfinished_one(tmp_path: Path) -> None:
+    """A (unfinished) then B (committed): the scan cannot pass A yet, so B's op message must survive a restart,
+    or B would be asked about (and possibly committed) again."""
+    b, conn, tr = await start_broker(tmp_path, True, transaction_time_out=3_600_000,
+                                     transaction_check_interval=3_600_000)  # fmt: skip
+    try:
+        conn.data_received(half(1, "K_A") + half(2, "K_B"))
+        resp = {c.opaque: c for c in tr.frames}
+        conn.data_received(end(resp[2], m.TRANSACTION_COMMIT_TYPE))
+        await until(lambda: visible(b) == ["K_B"], "B committed")
+        await b.transactions.check_once()  # A is young: progress stays at A, B's op message is kept
+    finally:
+        await b.shutdown()
+    cfg = dataclasses.replace(b.cfg, transaction_time_out=1)
+    b2 = Broker(cfg, RemotingClient(), namesrv_addrs=[])
+    await b2.start()
+    try:
+        conn2 = Connection(b2.dispatcher)
+        conn2.connection_made(Transport())  # type: ignore[arg-type]
+        register_producer(conn2)
+        asked: list[RemotingCommand] = []
+        conn2.oneway = lambda cmd: asked.append(cmd)  # type: ignore[method-assign]
+        await b2.transactions.check_once()
+        assert [c.ext["transactionId"] for c in asked] == ["K_A"]
+        assert visible(b2) == ["K_B"]
+    finally:
+        await b2.shutdown()
