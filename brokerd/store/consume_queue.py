@@ -51,7 +51,7 @@ class ConsumeQueue:
             if base % self.file_size:
                 log.warning("consume_queue_file_misaligned", topic=self.topic, queue_id=self.queue_id, base=base)
                 continue
-            self.files.append(MappedFile.open_existing(self.dir / file_name(base), base, self.file_size))
+            self.files.append(MappedFile.open_existing(self.dir / file_name(base), base, self.file_size, random_access=True))
         if self.files:
             self.min_offset = self.files[0].base // CQ_UNIT_SIZE
             self.max_offset = self.min_offset

@@ -135,7 +135,7 @@ class IndexService:
                 log.warning("index_file_size_mismatch_dropped", file=path.name)
                 path.unlink()
                 continue
-            mf = MappedFile.open_existing(path, seq, self.file_size)
+            mf = MappedFile.open_existing(path, seq, self.file_size, random_access=True)
             self.files.append(IndexFile(mf, self.slots, self.max_entries))
         if self.files:
             self._cur = self.files[-1]

@@ -99,7 +99,7 @@ class MappedFile:
             pass
 
     @classmethod
-    def open_existing(cls, path: Path, base: int, size: int) -> MappedFile:
+    def open_existing(cls, path: Path, base: int, size: int, *, random_access: bool = False) -> MappedFile:
         """Open a file; a short one (interrupted creation) is extended with zeros, a long one truncated."""
         fd = os.open(path, os.O_RDWR)
         try:
@@ -108,7 +108,7 @@ class MappedFile:
                 preallocate(fd, size)
             elif actual > size:
                 os.ftruncate(fd, size)
-            return cls(path, base, size, fd)
+            return cls(path, base, size, fd, random_access=random_access)
         except BaseException:
             os.close(fd)
             raise
