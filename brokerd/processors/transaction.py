@@ -112,11 +112,18 @@ class TransactionProcessor:
             # a late answer for a message the check service has put back since: the copy is asked about and
             # ended instead, so nothing is stored twice
             return cmd.response()
+        self._done.add(queue_offset)  # taken now: a duplicate arriving while this one awaits the store is ignored
         if outcome == m.TRANSACTION_COMMIT_TYPE:
             res = await b.store.put_message(real_message(half, outcome))
             if res.status not in PUT_OK:
+                self._done.discard(queue_offset)
                 return cmd.response(ResponseCode.SYSTEM_ERROR, f"storing the committed message failed: {res.status.name}")
-        await self._write_op(half)
+        self._ended[half.properties.get(m.UNIQ_KEY, "")] = None
+        if len(self._ended) > 100_000:
+            del self._ended[next(iter(self._ended))]
+        op = await self._write_op(half)
+        if op.status not in PUT_OK:
+            self.log.warning("transaction_op_write_failed", offset=queue_offset, status=op.status.name)
         self.log.debug("transaction_ended", commit=outcome == m.TRANSACTION_COMMIT_TYPE, offset=queue_offset,
                        from_check=cmd.bool_field("fromTransactionCheck"))  # fmt: skip
         return cmd.response()
@@ -127,13 +134,7 @@ class TransactionProcessor:
         op = MessageInner(topic=RMQ_SYS_TRANS_OP_HALF_TOPIC, queue_id=half.queue_id, body=str(half.queue_offset).encode(),
                           flag=0, properties={m.TAGS: OP_TAG}, sys_flag=0, born_timestamp=_now_ms(),
                           born_host=half.store_host, store_host=half.store_host, tags_code=m.tags_code_of(OP_TAG))  # fmt: skip
-        res = await b.store.put_message(op)
-        if res.status in PUT_OK:
-            self._done.add(half.queue_offset)
-            self._ended[half.properties.get(m.UNIQ_KEY, "")] = None
-            if len(self._ended) > 100_000:
-                del self._ended[next(iter(self._ended))]
-        return res
+        return await b.store.put_message(op)
 
     # ------------------------------------------------------------------ the check service
 

@@ -177,3 +177,17 @@ async def test_restart_remembers_ended_transactions_behind_an_unfinished_one(tmp
         assert visible(b2) == ["K_B"]
     finally:
         await b2.shutdown()
+
+
+async def test_concurrent_duplicate_end_transactions_commit_once(tmp_path: Path) -> None:
+    b, conn, tr = await start_broker(tmp_path, True, flush_disk_type="SYNC_FLUSH")
+    try:
+        conn.data_received(half(1, "K_DUP"))
+        await until(lambda: len(tr.frames) == 1, "the half message stored")
+        twice = end(tr.frames[0], m.TRANSACTION_COMMIT_TYPE)
+        conn.data_received(twice + twice)  # the second arrives while the first waits for its flush
+        await until(lambda: visible(b) == ["K_DUP"], "the commit")
+        await asyncio.sleep(0.3)  # sleep-ok: give a wrongly accepted duplicate time to land
+        assert visible(b) == ["K_DUP"]
+    finally:
+        await b.shutdown()
