@@ -66,11 +66,24 @@ def register_producer(conn: Connection) -> None:
     conn.data_received(encode(hb))
 
 
+def producer_checks(conn: Connection) -> list[RemotingCommand]:
+    """Register ``conn`` as the producer group's channel; the list collects what the broker sends it one-way."""
+    register_producer(conn)
+    sent: list[RemotingCommand] = []
+    conn.oneway = lambda cmd: sent.append(cmd)  # type: ignore[method-assign]
+    return sent
+
+
+def new_connection(b: Broker) -> Connection:
+    conn = Connection(b.dispatcher)
+    conn.connection_made(Transport())  # type: ignore[arg-type]
+    return conn
+
+
 async def test_commit_rollback_and_unknown_resolved_by_the_check(tmp_path: Path) -> None:
     b, conn, tr = await start_broker(tmp_path, True, transaction_time_out=200, transaction_check_interval=100)
-    checks: list[RemotingCommand] = []
     try:
-        register_producer(conn)
+        checks = producer_checks(conn)
         conn.data_received(half(1, "K_COMMIT") + half(2, "K_ROLLBACK") + half(3, "K_UNKNOWN"))
         resp = {c.opaque: c for c in tr.frames}
         assert all(resp[i].code == 0 for i in (1, 2, 3))
@@ -79,10 +92,7 @@ async def test_commit_rollback_and_unknown_resolved_by_the_check(tmp_path: Path)
                            + end(resp[3], 0))  # fmt: skip
         await until(lambda: visible(b) == ["K_COMMIT"], "the commit to be visible")
         # the unknown one: after transactionTimeOut the broker asks the producer group on its connection
-        orig = conn.oneway
-        conn.oneway = lambda cmd: checks.append(cmd)  # type: ignore[method-assign]
         await until(lambda: checks, "a CHECK_TRANSACTION_STATE")
-        conn.oneway = orig  # type: ignore[method-assign]
         check = checks[0]
         assert check.code == 39 and check.ext["transactionId"] == "K_UNKNOWN" and check.ext["msgId"] == "K_UNKNOWN"
         ext, _ = m.decode_record(check.body or b"")
@@ -110,11 +120,7 @@ async def test_commit_rollback_and_unknown_resolved_by_the_check(tmp_path: Path)
     b2 = Broker(b.cfg, RemotingClient(), namesrv_addrs=[])
     await b2.start()
     try:  # after a restart the check service resumes from its stored progress: no check for ended ones
-        conn2 = Connection(b2.dispatcher)
-        conn2.connection_made(Transport())  # type: ignore[arg-type]
-        register_producer(conn2)
-        again: list[RemotingCommand] = []
-        conn2.oneway = lambda cmd: again.append(cmd)  # type: ignore[method-assign]
+        again = producer_checks(new_connection(b2))
         await b2.transactions.check_once()
         assert again == [] and visible(b2) == ["K_COMMIT", "K_UNKNOWN"]
     finally:
@@ -125,9 +131,7 @@ async def test_a_half_message_never_answered_is_given_up_after_the_check_max(tmp
     b, conn, tr = await start_broker(tmp_path, True, transaction_time_out=1, transaction_check_interval=3_600_000,
                                      transaction_check_max=3)  # fmt: skip
     try:
-        register_producer(conn)
-        asked: list[RemotingCommand] = []
-        conn.oneway = lambda cmd: asked.append(cmd)  # type: ignore[method-assign]
+        asked = producer_checks(conn)
         conn.data_received(half(1, "K_SILENT"))
         await asyncio.sleep(0.01)  # sleep-ok: older than transactionTimeOut (1 ms)
         for _ in range(5):
@@ -167,11 +171,7 @@ async def test_restart_remembers_ended_transactions_behind_an_unfinished_one(tmp
     b2 = Broker(cfg, RemotingClient(), namesrv_addrs=[])
     await b2.start()
     try:
-        conn2 = Connection(b2.dispatcher)
-        conn2.connection_made(Transport())  # type: ignore[arg-type]
-        register_producer(conn2)
-        asked: list[RemotingCommand] = []
-        conn2.oneway = lambda cmd: asked.append(cmd)  # type: ignore[method-assign]
+        asked = producer_checks(new_connection(b2))
         await b2.transactions.check_once()
         assert [c.ext["transactionId"] for c in asked] == ["K_A"]
         assert visible(b2) == ["K_B"]
