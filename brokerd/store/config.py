@@ -41,7 +41,7 @@ class StoreConfig:
     max_transfer_bytes_on_message_in_memory: int = 262_144
     message_delay_level: str = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
     dispatch_behind_confirm: bool = False
-    warm_mapped_file_enable: bool = True
+    warm_mapped_file_enable: bool = False  # see BrokerConfig.warm_mapped_file_enable
 
     def __post_init__(self) -> None:
         if not isinstance(self.store_path_root_dir, str) or not self.store_path_root_dir:
