@@ -18,7 +18,6 @@ touches only the file it is creating and the ``Future`` it completes.
 from __future__ import annotations
 
 import concurrent.futures
-import ctypes
 import os
 import shutil
 import threading
@@ -27,7 +26,7 @@ from typing import Final
 
 import structlog
 
-from brokerd.store.mapped_file import MADV_POPULATE_WRITE, MappedFile
+from brokerd.store.mapped_file import MADV_POPULATE_WRITE, MappedFile, libc_madvise, mapping_address
 
 STAGING_DIR: Final = ".alloc"
 _log = structlog.get_logger(component="store.allocate")
@@ -41,14 +40,7 @@ class _Worker:
 
     def __init__(self) -> None:
         self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-allocate")
-        self.madvise = None
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            madvise = libc.madvise
-            madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-            self.madvise = madvise
-        except (OSError, AttributeError):
-            pass
+        self.madvise = libc_madvise()
 
     @classmethod
     def get(cls) -> _Worker:
@@ -64,10 +56,7 @@ class _Worker:
         with f.io_lock:
             if f.closed:
                 return
-            buf = ctypes.c_char.from_buffer(f.mm)
-            addr = ctypes.addressof(buf)
-            del buf  # release the buffer export so the mapping can be closed later
-            self.madvise(addr, min(length, f.size), MADV_POPULATE_WRITE)
+            self.madvise(mapping_address(f), min(length, f.size), MADV_POPULATE_WRITE)
 
 
 class Allocator:

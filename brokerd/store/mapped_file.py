@@ -15,7 +15,7 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import structlog
 
@@ -178,13 +178,8 @@ class _WarmThread:
         self.lock = threading.Lock()
         self.event = threading.Event()
         self.advice = MADV_POPULATE_WRITE
-        self.disabled = False
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            self.madvise = libc.madvise
-            self.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-        except (OSError, AttributeError):
-            self.disabled = True
+        self.madvise = libc_madvise()
+        self.disabled = self.madvise is None
         if not self.disabled:
             threading.Thread(target=self._run, name="store-warmer", daemon=True).start()
 
@@ -279,9 +274,7 @@ class Warmer:
             start = f.warmed  # page-aligned: madvise needs an aligned address (else EINVAL)
             end = min(f.size, _page_up(max(start + mmap.PAGESIZE, self._target)))
             length = min(self._chunk, end - start)
-            buf = ctypes.c_char.from_buffer(f.mm)
-            addr = ctypes.addressof(buf)
-            del buf  # release the buffer export so the mapping can be closed later
+            addr = mapping_address(f)
             rc = shared.madvise(addr + start, length, shared.advice)
             if rc != 0 and shared.advice == MADV_POPULATE_WRITE:
                 shared.advice = MADV_WILLNEED  # older kernel: read-ahead at least allocates the pages
@@ -292,6 +285,24 @@ class Warmer:
                 return False
             f.warmed = start + length
             return True
+
+
+def libc_madvise() -> Any:
+    """libc's madvise through ctypes (the call releases the GIL); None where it is not available."""
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).madvise
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    return fn
+
+
+def mapping_address(f: MappedFile) -> int:
+    """The address of ``f``'s mapping (the buffer export is released at once, so the mapping can still close)."""
+    buf = ctypes.c_char.from_buffer(f.mm)
+    addr = ctypes.addressof(buf)
+    del buf
+    return addr
 
 
 def _page_up(n: int) -> int:
