@@ -214,23 +214,13 @@ class FrameDecoder:
         buf = self.append(data)
         out: list[RemotingCommand] = []
         pos = 0
-        n = len(buf)
         mv = memoryview(buf)
         try:
-            while n - pos >= 4:
-                if _native_decode is not None:
-                    hit = _native_decode(buf, pos, self.max_frame)
-                    if hit is not None:
-                        out.append(hit[0])
-                        pos = hit[1]
-                        continue
-                (total,) = _I32.unpack_from(buf, pos)
-                if total < 4 or total > self.max_frame:
-                    raise FrameError(f"frame length {total} out of range (4..{self.max_frame})")
-                if n - pos - 4 < total:
+            while True:
+                cmd, pos = self._read(buf, mv, pos)
+                if cmd is None:
                     break
-                out.append(decode_payload(mv[pos + 4:pos + 4 + total]))
-                pos += 4 + total
+                out.append(cmd)
         finally:
             mv.release()
             self.consumed(pos)
@@ -244,6 +234,10 @@ class FrameDecoder:
     def next(self, buf: bytearray, pos: int) -> tuple[RemotingCommand | None, int]:
         """The command of the complete frame at ``buf[pos:]`` and the position after it; (None, pos) when the
         frame is not complete yet. Raises FrameError on a malformed stream."""
+        with memoryview(buf) as mv:
+            return self._read(buf, mv, pos)
+
+    def _read(self, buf: bytearray, mv: memoryview, pos: int) -> tuple[RemotingCommand | None, int]:
         if _native_decode is not None:
             hit = _native_decode(buf, pos, self.max_frame)
             if hit is not None:
@@ -256,8 +250,7 @@ class FrameDecoder:
             raise FrameError(f"frame length {total} out of range (4..{self.max_frame})")
         if n - pos - 4 < total:
             return None, pos
-        with memoryview(buf) as mv:
-            return decode_payload(mv[pos + 4:pos + 4 + total]), pos + 4 + total
+        return decode_payload(mv[pos + 4:pos + 4 + total]), pos + 4 + total
 
     def consumed(self, pos: int) -> None:
         """Drop the first ``pos`` bytes (the frames read with ``next``)."""
