@@ -349,6 +349,13 @@ class MessageExt:
     def keys(self) -> list[str]:
         return message_keys(self.properties)
 
+    def to_inner(self, topic: str, queue_id: int, properties: dict[str, str], sys_flag: int) -> MessageInner:
+        """This stored message, to be stored again under ``topic``/``queue_id`` (delay and transaction services)."""
+        return MessageInner(topic=topic, queue_id=queue_id, body=self.body, flag=self.flag, properties=properties,
+                            sys_flag=sys_flag, born_timestamp=self.born_timestamp, born_host=self.born_host,
+                            store_host=self.store_host, reconsume_times=self.reconsume_times,
+                            tags_code=tags_code_of(properties.get(TAGS)))  # fmt: skip
+
 
 def body_crc(body: bytes | bytearray | memoryview) -> int:
     return zlib.crc32(body) & 0x7FFFFFFF

@@ -115,10 +115,7 @@ class ScheduleService:
             self.log.warning("schedule_message_without_real_topic", offset=ext.commit_log_offset)
             return True
         props.pop(m.DELAY, None)
-        msg = MessageInner(topic=topic, queue_id=int(qid_raw) if qid_raw.isdigit() else 0, body=ext.body,
-                           flag=ext.flag, properties=props, sys_flag=ext.sys_flag, born_timestamp=ext.born_timestamp,
-                           born_host=ext.born_host, store_host=ext.store_host, reconsume_times=ext.reconsume_times,
-                           tags_code=m.tags_code_of(props.get(m.TAGS)))
+        msg = ext.to_inner(topic, int(qid_raw) if qid_raw.isdigit() else 0, props, ext.sys_flag)
         res = await self.broker.store.put_message(msg)
         if res.status not in (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT):
             self.log.warning("schedule_redeliver_failed", topic=topic, status=res.status.name)

@@ -59,20 +59,13 @@ def to_half(msg: MessageInner) -> None:
     msg.tags_code = m.tags_code_of(msg.properties.get(m.TAGS))
 
 
-def _inner(ext: MessageExt, topic: str, queue_id: int, props: dict[str, str], sys_flag: int) -> MessageInner:
-    return MessageInner(topic=topic, queue_id=queue_id, body=ext.body, flag=ext.flag, properties=props,
-                        sys_flag=sys_flag, born_timestamp=ext.born_timestamp, born_host=ext.born_host,
-                        store_host=ext.store_host, reconsume_times=ext.reconsume_times,
-                        tags_code=m.tags_code_of(props.get(m.TAGS)))  # fmt: skip
-
-
 def real_message(half: MessageExt, outcome: int) -> MessageInner:
     """The half message under its real topic and queue, with the transaction outcome in its flag."""
     props = dict(half.properties)
     topic = props.pop(m.REAL_TOPIC, "")
     qid = props.pop(m.REAL_QID, "0")
-    msg = _inner(half, topic, int(qid) if qid.isdigit() else 0, props,
-                 (half.sys_flag & ~m.TRANSACTION_TYPE_MASK) | outcome)  # fmt: skip
+    msg = half.to_inner(topic, int(qid) if qid.isdigit() else 0, props,
+                        (half.sys_flag & ~m.TRANSACTION_TYPE_MASK) | outcome)  # fmt: skip
     msg.prepared_transaction_offset = half.commit_log_offset
     return msg
 
@@ -231,10 +224,10 @@ class TransactionProcessor:
             self.log.warning("transaction_check_max_reached", offset=half.queue_offset, checks=times,
                              transaction_id=props.get(m.UNIQ_KEY))  # fmt: skip
             self.broker.meta.topics.create_topic_in_send_back_method(RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC, 1, 6, 0)
-            res = await store.put_message(_inner(half, RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC, 0, props, half.sys_flag))
+            res = await store.put_message(half.to_inner(RMQ_SYS_TRANS_CHECK_MAX_TIME_TOPIC, 0, props, half.sys_flag))
             return res.status in PUT_OK
         props[m.TRANSACTION_CHECK_TIMES] = str(times + 1)
-        res = await store.put_message(_inner(half, RMQ_SYS_TRANS_HALF_TOPIC, 0, props, half.sys_flag))
+        res = await store.put_message(half.to_inner(RMQ_SYS_TRANS_HALF_TOPIC, 0, props, half.sys_flag))
         if res.status not in PUT_OK:
             return False
         self._ask_producer(half, props, res)
