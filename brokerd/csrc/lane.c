@@ -8,12 +8,12 @@ void lane_clear_cache(Lane *l) {
 }
 
 static int Lane_traverse(Lane *l, visitproc visit, void *arg) {
-    Py_VISIT(l->topics); Py_VISIT(l->next_qoff); Py_VISIT(l->listeners); Py_VISIT(l->index_put); Py_VISIT(l->error); Py_VISIT(l->last_entry); Py_VISIT(l->last_topic_obj);
+    Py_VISIT(l->topics); Py_VISIT(l->next_qoff); Py_VISIT(l->listeners); Py_VISIT(l->index_put); Py_VISIT(l->error); Py_VISIT(l->write_error); Py_VISIT(l->last_entry); Py_VISIT(l->last_topic_obj);
     return 0;
 }
 
 static int Lane_clear(Lane *l) {
-    Py_CLEAR(l->topics); Py_CLEAR(l->next_qoff); Py_CLEAR(l->listeners); Py_CLEAR(l->index_put); Py_CLEAR(l->error);
+    Py_CLEAR(l->topics); Py_CLEAR(l->next_qoff); Py_CLEAR(l->listeners); Py_CLEAR(l->index_put); Py_CLEAR(l->error); Py_CLEAR(l->write_error);
     lane_clear_cache(l);
     return 0;
 }
@@ -21,6 +21,7 @@ static int Lane_clear(Lane *l) {
 static void Lane_dealloc(Lane *l) {
     PyObject_GC_UnTrack(l);
     Lane_clear(l);
+    PyMem_Free(l->stage);
     Py_TYPE(l)->tp_free((PyObject *)l);
 }
 
@@ -91,38 +92,47 @@ static PyObject *Lane_clear_topics(Lane *l, PyObject *unused) {
     Py_RETURN_NONE;
 }
 
-static PyObject *Lane_take_error(Lane *l, PyObject *unused) {
-    PyObject *e = l->error;
-    l->error = NULL;
+static PyObject *take(PyObject **slot) {
+    PyObject *e = *slot;
+    *slot = NULL;
     if (e == NULL) Py_RETURN_NONE;
     return e;
 }
 
-/* run(buf, pos, mm, base, wrote, limit, born_ip, born_port, out, max_frame, notes) -> (pos, stop)
- * Handles consecutive common-case sends from buf[pos:], appending their records at mm[wrote:] (segment
- * starting at `base`, records must end by `limit`) and their response frames to `out`. Stops at the first
- * frame it does not handle (stop=1), at a full segment (2), after a dispatch failure (3, see take_error) or at
- * the end of the complete frames (0). Results: .wrote .msgs .bytes .last_ts .dispatched_end; `notes` gets
- * {(topic, qid): (last queue offset, its tags code)} for the dispatch listeners, which the caller runs once the
- * store's positions are settled (a listener may read the new message at once). */
+static PyObject *Lane_take_error(Lane *l, PyObject *unused) { return take(&l->error); }
+
+static PyObject *Lane_take_write_error(Lane *l, PyObject *unused) { return take(&l->write_error); }
+
+/* run(buf, pos, fd, base, wrote, limit, born_ip, born_port, out, max_frame, notes) -> (pos, stop)
+ * Handles consecutive common-case sends from buf[pos:], writing their records at position `wrote` of the
+ * segment file `fd` (starting at log offset `base`; records must end by `limit`; written with pwrite, not
+ * through the mapping: see lane_write) and appending their response frames to `out`. Stops at the first
+ * frame it does not handle (stop=1), at a full segment (2), after a dispatch failure (3, see take_error),
+ * after a failed write (4, see take_write_error; the unwritten records are not stored and not answered) or at
+ * the end of the complete frames (0). Staged records are written before it returns, also when it raises.
+ * Results: .wrote .msgs .bytes .last_ts .dispatched_end; `notes` gets {(topic, qid): (last queue offset, its
+ * tags code)} for the dispatch listeners, which the caller runs once the store's positions are settled (a
+ * listener may read the new message at once). */
 static PyObject *Lane_run(Lane *l, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 11 || !PyDict_Check(args[10])) {
         PyErr_SetString(PyExc_TypeError, "run takes 11 arguments, the last a dict");
         return NULL;
     }
     Py_ssize_t pos = PyLong_AsSsize_t(args[1]), max_frame = PyLong_AsSsize_t(args[9]);
+    long fd = PyLong_AsLong(args[2]);
     long long base = PyLong_AsLongLong(args[3]), wrote = PyLong_AsLongLong(args[4]), limit = PyLong_AsLongLong(args[5]);
     long long born_port = PyLong_AsLongLong(args[7]);
     if (PyErr_Occurred()) return NULL;
+    if (fd < 0 || fd > INT_MAX) { PyErr_SetString(PyExc_ValueError, "fd must be a file descriptor"); return NULL; }
     if (!PyBytes_Check(args[6]) || PyBytes_GET_SIZE(args[6]) != 4 || !PyList_Check(args[8])) {
         PyErr_SetString(PyExc_TypeError, "born_ip must be 4 bytes and out a list");
         return NULL;
     }
-    Py_buffer in, mm;
+    Py_buffer in;
     if (PyObject_GetBuffer(args[0], &in, PyBUF_SIMPLE) < 0) return NULL;
-    if (PyObject_GetBuffer(args[2], &mm, PyBUF_WRITABLE) < 0) { PyBuffer_Release(&in); return NULL; }
-    if (limit > mm.len) limit = mm.len;
     l->wrote = wrote; l->msgs = 0; l->bytes = 0; l->last_ts = 0; l->dispatched_end = -1; l->pos = pos;
+    l->fd = (int)fd; l->base = base;
+    l->stage_n = 0; l->stage_at = wrote; l->stage_out = PyList_GET_SIZE(args[8]); l->stage_msgs = l->stage_bytes = 0;
     const unsigned char *b = in.buf;
     int stop = STOP_END;
     PyObject *res = NULL;
@@ -130,18 +140,25 @@ static PyObject *Lane_run(Lane *l, PyObject *const *args, Py_ssize_t nargs) {
         int32_t total = be32(b + pos);
         if (total < 4 || total > max_frame) { stop = STOP_FRAME; break; }
         if (in.len - pos - 4 < total) break;
-        int r = lane_one(l, b + pos, total, mm.buf, base, limit, (const unsigned char *)PyBytes_AS_STRING(args[6]),
+        int r = lane_one(l, b + pos, total, base, limit, (const unsigned char *)PyBytes_AS_STRING(args[6]),
                          born_port, args[8], args[10]);
-        if (r < 0) goto done;
+        if (r < 0) {  /* keep what was stored: write it, then raise */
+            PyObject *et, *ev, *tb;
+            PyErr_Fetch(&et, &ev, &tb);
+            lane_write(l, args[8]);
+            PyErr_Restore(et, ev, tb);
+            goto done;
+        }
         if (r == 0) { stop = STOP_FRAME; break; }
         if (r == 2) { stop = STOP_ROLL; break; }
+        if (r == 3) { stop = STOP_WRITE_FAILED; break; }
         pos += 4 + total;
         l->pos = pos;
         if (l->error != NULL) { stop = STOP_ERROR; break; }
     }
+    if (lane_write(l, args[8])) stop = STOP_WRITE_FAILED;
     res = Py_BuildValue("(ni)", pos, stop);
 done:
-    PyBuffer_Release(&mm);
     PyBuffer_Release(&in);
     return res;
 }
@@ -184,6 +201,8 @@ static PyMethodDef Lane_methods[] = {
     {"add_topic", (PyCFunction)Lane_add_topic, METH_VARARGS, "add_topic(topic, entry)"},
     {"clear_topics", (PyCFunction)Lane_clear_topics, METH_NOARGS, "forget every topic"},
     {"take_error", (PyCFunction)Lane_take_error, METH_NOARGS, "the dispatch exception of the last run, or None"},
+    {"take_write_error", (PyCFunction)Lane_take_write_error, METH_NOARGS,
+     "the OSError of the last run's failed segment write, or None"},
     {NULL},
 };
 

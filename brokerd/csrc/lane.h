@@ -6,6 +6,7 @@
 #define HEADER_V4_SIZE 88
 #define MAX_PROPS 32767
 #define SCRATCH (64 * 1024)
+#define STAGE_MAX (1 << 20)  /* staged record bytes written at once (a larger record is staged alone) */
 
 typedef struct {
     PyObject_HEAD
@@ -23,10 +24,16 @@ typedef struct {
     long long max_body;
     long long segment_size;
     uint64_t rng;
+    /* records not yet written to the segment: they start at segment position stage_at; their answers start at
+     * index stage_out of the run's answer list */
+    unsigned char *stage; Py_ssize_t stage_cap, stage_n, stage_out; long long stage_at, stage_msgs, stage_bytes;
+    int fd;                 /* the active segment of the current run, starting at log offset `base` */
+    long long base;
     /* results of the last run */
     long long wrote, msgs, bytes, last_ts, dispatched_end;
     Py_ssize_t pos;         /* position after the last frame the last run handled */
     PyObject *error;        /* the exception a consume-queue / index put raised (dispatch stopped) */
+    PyObject *write_error;  /* the OSError of a failed segment write (the run stopped) */
     /* one-entry topic cache */
     char last_topic[256]; Py_ssize_t last_topic_n; PyObject *last_entry; PyObject *last_topic_obj;
     char scratch[SCRATCH];
@@ -47,13 +54,18 @@ typedef struct {
     long long size;      /* the stored record */
 } Send;
 
-enum { STOP_END = 0, STOP_FRAME = 1, STOP_ROLL = 2, STOP_ERROR = 3 };
+enum { STOP_END = 0, STOP_FRAME = 1, STOP_ROLL = 2, STOP_ERROR = 3, STOP_WRITE_FAILED = 4 };
 
 /* The frame of `total` bytes at b (its length field included) as a common-case send: 1 taken, 0 not (Python
- * handles it), 2 the segment is full (Python rolls), -1 a Python exception. On 1 its record, queue offset,
- * dispatch and answer are done. */
-int lane_one(Lane *l, const unsigned char *b, Py_ssize_t total, unsigned char *mm, long long base, long long limit,
+ * handles it), 2 the segment is full (Python rolls), 3 writing staged records failed (see lane_write), -1 a
+ * Python exception. On 1 its record is staged and its queue offset, dispatch and answer are done. */
+int lane_one(Lane *l, const unsigned char *b, Py_ssize_t total, long long base, long long limit,
              const unsigned char *born_ip, long long born_port, PyObject *out, PyObject *notes);
+/* Write the staged records to the segment (l->fd) with pwrite, their 8-byte size/magic header last, so a write
+ * torn by a killed process leaves a zero header that recovery stops at. 0 ok; -1: nothing of the stage counts
+ * as stored: the run's results are back at its start, its answers are removed from `out`, l->write_error is set
+ * (consume-queue entries already put for it point past the log end until recovery; the store stops writes). */
+int lane_write(Lane *l, PyObject *out);
 void lane_clear_cache(Lane *l);
 
 #endif

@@ -3,7 +3,9 @@
  * either passes here or hands the frame to it (return 0), so both paths store and answer the same. */
 #include "lane.h"
 
+#include <errno.h>
 #include <strings.h>
+#include <unistd.h>
 
 #define F(h, short_name, long_name) ((h)->code == 310 ? (short_name) : (long_name))
 
@@ -130,8 +132,7 @@ static int parse_send(Lane *l, const unsigned char *b, Py_ssize_t total, Send *s
     return 1;
 }
 
-/* The stored record (RocketMQ's V1/V2 layout, IPv4 hosts); size and magic last, so a torn write leaves a zero
- * header that recovery stops at. */
+/* The stored record (RocketMQ's V1/V2 layout, IPv4 hosts). */
 static void write_record(Lane *l, const Send *s, unsigned char *r, long long qoff, long long phys, long long ts,
                          uint32_t crc, const unsigned char *born_ip, long long born_port) {
     PyObject *prefix = PyTuple_GET_ITEM(s->entry, 0);
@@ -160,6 +161,15 @@ static void write_record(Lane *l, const Send *s, unsigned char *r, long long qof
     put_be32((char *)r, (uint32_t)s->size);
 }
 
+/* The raised exception, cleared (None when there is none). */
+static PyObject *fetch_error(void) {
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    PyErr_NormalizeException(&et, &ev, &tb);
+    Py_XDECREF(et); Py_XDECREF(tb);
+    return ev ? ev : Py_NewRef(Py_None);
+}
+
 static PyObject *call4(PyObject *fn, PyObject *a, PyObject *b, PyObject *c, PyObject *d) {
     PyObject *args[4] = {a, b, c, d};
     return PyObject_Vectorcall(fn, args, 4, NULL);
@@ -182,11 +192,7 @@ static void dispatch(Lane *l, const Send *s, PyObject *qkey, long long qoff, lon
         }
     }
     if (res == NULL) {
-        PyObject *et, *ev, *tb;
-        PyErr_Fetch(&et, &ev, &tb);
-        PyErr_NormalizeException(&et, &ev, &tb);
-        Py_XDECREF(et); Py_XDECREF(tb);
-        l->error = ev ? ev : Py_NewRef(Py_None);
+        l->error = fetch_error();
     } else {
         Py_DECREF(res);
         l->dispatched_end = phys + s->size;
@@ -226,12 +232,57 @@ static PyObject *answer(Lane *l, const Send *s, long long qoff, long long phys) 
     return fb;
 }
 
-int lane_one(Lane *l, const unsigned char *b, Py_ssize_t total, unsigned char *mm, long long base, long long limit,
+/* Room for `size` more staged bytes (the stage is written first when full); 0 ok, 3 write failed, -1. */
+static int stage_room(Lane *l, long long size, PyObject *out) {
+    if (l->stage_n > 0 && l->stage_n + size > STAGE_MAX && lane_write(l, out)) return 3;
+    if (l->stage_n + size <= l->stage_cap) return 0;
+    Py_ssize_t cap = l->stage_n + size > STAGE_MAX ? (Py_ssize_t)(l->stage_n + size) : STAGE_MAX;
+    unsigned char *p = PyMem_Realloc(l->stage, cap);
+    if (p == NULL) { PyErr_NoMemory(); return -1; }
+    l->stage = p;
+    l->stage_cap = cap;
+    return 0;
+}
+
+static int pwrite_all(int fd, const unsigned char *p, Py_ssize_t n, long long at) {
+    while (n > 0) {
+        ssize_t w = pwrite(fd, p, (size_t)n, (off_t)at);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) { if (w == 0) errno = EIO; return -1; }
+        p += w; n -= w; at += w;
+    }
+    return 0;
+}
+
+int lane_write(Lane *l, PyObject *out) {
+    if (l->stage_n == 0) return 0;
+    Py_ssize_t n = l->stage_n;
+    long long at = l->stage_at;
+    l->stage_n = 0;
+    l->stage_at += n;
+    if (pwrite_all(l->fd, l->stage + 8, n - 8, at + 8) == 0 && pwrite_all(l->fd, l->stage, 8, at) == 0) {
+        l->stage_out = PyList_GET_SIZE(out);
+        l->stage_msgs = l->msgs;
+        l->stage_bytes = l->bytes;
+        return 0;
+    }
+    PyErr_SetFromErrno(PyExc_OSError);
+    Py_XSETREF(l->write_error, fetch_error());
+    l->wrote = l->stage_at = at;
+    l->msgs = l->stage_msgs;
+    l->bytes = l->stage_bytes;
+    if (l->dispatched_end > l->base + at) l->dispatched_end = l->msgs ? l->base + at : -1;
+    if (PyList_SetSlice(out, l->stage_out, PyList_GET_SIZE(out), NULL) < 0) PyErr_Clear();
+    return -1;
+}
+
+int lane_one(Lane *l, const unsigned char *b, Py_ssize_t total, long long base, long long limit,
              const unsigned char *born_ip, long long born_port, PyObject *out, PyObject *notes) {
     Send s;
     int r = parse_send(l, b, total, &s);
     if (r != 1) return r;
     if (l->wrote + s.size + 8 > limit) return 2;
+    if ((r = stage_room(l, s.size, out)) != 0) return r;
     PyObject *qkey = PyTuple_GET_ITEM(PyTuple_GET_ITEM(s.entry, 4), s.qid);
     PyObject *cur = PyDict_GetItemWithError(l->next_qoff, qkey);
     long long qoff = cur != NULL ? PyLong_AsLongLong(cur) : 0;
@@ -241,7 +292,8 @@ int lane_one(Lane *l, const unsigned char *b, Py_ssize_t total, unsigned char *m
     if (nq == NULL || PyDict_SetItem(l->next_qoff, qkey, nq) < 0) { Py_XDECREF(nq); return -1; }
     Py_DECREF(nq);
     long long ts = now_ms(), phys = base + l->wrote;
-    write_record(l, &s, mm + l->wrote, qoff, phys, ts, crc, born_ip, born_port);
+    write_record(l, &s, l->stage + l->stage_n, qoff, phys, ts, crc, born_ip, born_port);
+    l->stage_n += s.size;
     l->wrote += s.size;
     l->msgs++;
     l->bytes += s.size;

@@ -7,6 +7,7 @@
  *    stored record and response bytes. Any request it does not fully understand stops the lane at that frame;
  *    Python then handles the frame, so requests are processed in arrival order and every unusual case keeps
  *    its Python behaviour.
+ * 3. sync_close (sync.c): a flush's fsyncs with the GIL released once.
  */
 #include "send.h"
 
@@ -29,11 +30,14 @@ static PyObject *java_hash_py(PyObject *self, PyObject *arg) {
     return PyLong_FromLong(java_hash((const unsigned char *)u, n));
 }
 
+PyObject *sync_close(PyObject *self, PyObject *args);
+
 static PyMethodDef methods[] = {
     {"setup", setup, METH_VARARGS, "setup(RemotingCommand, LANGUAGES, zlib.crc32)"},
     {"decode_frame", (PyCFunction)(void (*)(void))decode_frame, METH_FASTCALL, "decode_frame(buf, pos)"},
     {"encode_head", (PyCFunction)(void (*)(void))encode_head, METH_FASTCALL, "encode_head(...)"},
     {"java_hash", java_hash_py, METH_O, "Java String.hashCode"},
+    {"sync_close", sync_close, METH_VARARGS, "sync_close(dir_fds, file_fds) -> errno of the first failure or 0"},
     {NULL},
 };
 

@@ -3,8 +3,8 @@
 For the common case of SEND_MESSAGE (10) / SEND_MESSAGE_V2 (310) — a known writable topic, a plain message
 with a UNIQ_KEY and no DELAY, a master store with no error flag set — the lane does in C what
 ``SendProcessor.process`` and ``MessageStore.put_message_deferred`` do in Python: stored record into the
-active commit-log segment, queue offset, consume-queue and key-index puts (their Python methods), and the
-response frame. Everything else stops the lane at that frame and goes through the Python processor, so
+active commit-log segment (the records of one read written with one pwrite, as ``CommitLog.append`` writes
+one), queue offset, consume-queue and key-index puts (their Python methods), and the response frame. Everything else stops the lane at that frame and goes through the Python processor, so
 requests keep their arrival order. With SYNC_FLUSH the responses of one read wait for one flush (group
 commit) and are written from its callback, as the Python path does per message; a flush timeout answers
 FLUSH_DISK_TIMEOUT.
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from brokerd.store.mapped_file import MappedFile
     from brokerd.store.message_store import MessageStore
 
-STOP_END, STOP_FRAME, STOP_ROLL, STOP_ERROR = 0, 1, 2, 3
+STOP_END, STOP_FRAME, STOP_ROLL, STOP_ERROR = 0, 1, 2, 3  # 4: a failed write (see take_write_error)
 
 log = structlog.get_logger(component="send_lane")
 
@@ -134,7 +134,7 @@ class SendLane:
         remote = conn.remote_addr
         answers: list[bytes | memoryview] = out if not lane.sync else []
         try:
-            pos, stop = lane.run(buf, pos, f.mm, f.base, f.wrote, f.size, ipv4_bytes(remote[0]), remote[1], answers,
+            pos, stop = lane.run(buf, pos, f.fd, f.base, f.wrote, f.size, ipv4_bytes(remote[0]), remote[1], answers,
                                  conn.max_frame, self._notes)  # fmt: skip
         except Exception:  # noqa: BLE001 - a bug or MemoryError: keep what was stored, use the Python path
             log.exception("send_lane_failed")
@@ -144,6 +144,9 @@ class SendLane:
             self._settle(f, lane)
         if stop == STOP_ERROR:
             store.io_failed("dispatch", lane.take_error(), bit=WRITE_LOGICS_QUEUE_ERROR)
+        write_error = lane.take_write_error()
+        if write_error is not None:  # writes stop as after a failed Python append; the sends whose records were
+            store.io_failed("append", write_error)  # not written get no answer (their clients time out and retry)
         if self._notes:
             self._wake_listeners(store)
         if answers is not out and answers:

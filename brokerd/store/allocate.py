@@ -4,8 +4,10 @@ Creating a file (open + fallocate + mmap) and the first write into each of its p
 ext4 (unwritten-extent conversion, journal); on the loop thread that is a stall of every connection of every
 broker in the process. The store asks for files it will need soon (the next commit-log segment, a new
 topic's consume-queue files, the first index file); one shared worker thread creates them under a staging
-name in ``<store root>/.alloc/`` and pre-faults their first pages with ``MADV_POPULATE_WRITE``. When the
-loop thread then needs the file, ``take`` renames it into place (one metadata syscall) instead of creating it.
+name in ``<store root>/.alloc/`` and prepares their first pages: pre-faulted for writing with
+``MADV_POPULATE_WRITE`` for the files written through the mapping (consume queues, index: the ``random_access``
+ones), only put in the page cache for commit-log segments (written with pwrite). When the loop thread then
+needs the file, ``take`` renames it into place (one metadata syscall) instead of creating it.
 
 A staged file is all zeros until taken, so nothing can tell a taken file from one created inline. Staged files
 never have a store file name (they live in the staging directory), so recovery never sees them; whatever a
@@ -18,17 +20,19 @@ touches only the file it is creating and the ``Future`` it completes.
 from __future__ import annotations
 
 import concurrent.futures
+import ctypes
 import os
 import shutil
 import threading
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import structlog
 
-from brokerd.store.mapped_file import MADV_POPULATE_WRITE, MappedFile, libc_madvise, mapping_address
+from brokerd.store.mapped_file import MappedFile
 
 STAGING_DIR: Final = ".alloc"
+MADV_POPULATE_WRITE: Final = 23  # Linux >= 5.14
 _log = structlog.get_logger(component="store.allocate")
 
 
@@ -49,9 +53,16 @@ class _Worker:
                 cls._instance = _Worker()
             return cls._instance
 
-    def populate(self, f: MappedFile, length: int) -> None:
-        """Pre-fault the first ``length`` bytes for writing (no-op where the kernel lacks the advice)."""
-        if self.madvise is None or length <= 0:
+    def populate(self, f: MappedFile, length: int, mapped: bool) -> None:
+        """Make the first ``length`` bytes cheap to write: pre-faulted for writing through the mapping (``mapped``:
+        consume-queue and index files; a no-op where the kernel lacks the advice), else only in the page cache
+        (commit-log segments, written with pwrite: see ``mapped_file``)."""
+        if length <= 0:
+            return
+        if not mapped:
+            f.prefill(0, length)
+            return
+        if self.madvise is None:
             return
         with f.io_lock:
             if f.closed:
@@ -90,7 +101,7 @@ class Allocator:
         staged.parent.mkdir(exist_ok=True)  # not parents: a store root removed meanwhile stays removed
         f = MappedFile.create(staged.parent, base, size, name=staged.name, random_access=random_access)
         try:
-            worker.populate(f, populate)
+            worker.populate(f, populate, mapped=random_access)
         except BaseException:
             f.destroy()
             raise
@@ -133,3 +144,21 @@ class Allocator:
 def _destroy_result(fut: concurrent.futures.Future[MappedFile]) -> None:
     if not fut.cancelled() and fut.exception() is None:
         fut.result().destroy()
+
+
+def libc_madvise() -> Any:
+    """libc's madvise through ctypes (the call releases the GIL); None where it is not available."""
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).madvise
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    return fn
+
+
+def mapping_address(f: MappedFile) -> int:
+    """The address of ``f``'s mapping (the buffer export is released at once, so the mapping can still close)."""
+    buf = ctypes.c_char.from_buffer(f.mm)
+    addr = ctypes.addressof(buf)
+    del buf
+    return addr

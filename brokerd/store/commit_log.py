@@ -3,8 +3,10 @@
 When a record plus 8 bytes does not fit in the active segment, an 8-byte blank marker
 (TOTALSIZE = remaining bytes, MAGIC = BLANK) ends the segment and the record opens the next one.
 
-Concurrency contract: single writer; call only from the event loop thread. ``sync_range`` and
-``fsync_dir`` may run in a worker thread (see ``mapped_file``).
+Records are written with pwrite and read through the segment's mapping (see ``mapped_file``).
+
+Concurrency contract: single writer; call only from the event loop thread. ``sync_range`` may run in a worker
+thread (see ``mapped_file``).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from brokerd.message import (
     verify_record,
 )
 from brokerd.store.allocate import Allocator
-from brokerd.store.mapped_file import MappedFile, Warmer, file_name, fsync_dir, parse_file_name
+from brokerd.store.mapped_file import MappedFile, Warmer, file_name, parse_file_name, sync_all
 
 _SIZE_MAGIC: Final = struct.Struct(">ii")
 HEADER_REST: Final = HEADER_V4_AFTER_MAGIC
@@ -146,20 +148,18 @@ class CommitLog:
             f = self._roll(f)
             pos = 0
         phys = f.base + pos
-        mm = f.mm
+        rec = bytearray(size)
         born = msg.born_host
-        # TOTALSIZE and MAGIC are written last: a write torn by a killed process leaves a zero header.
         HEADER_REST.pack_into(
-            mm, pos + 8, crc32(body) & 0x7FFFFFFF, msg.queue_id, msg.flag, queue_offset, phys,
+            rec, 8, crc32(body) & 0x7FFFFFFF, msg.queue_id, msg.flag, queue_offset, phys,
             msg.sys_flag & ~0x30, msg.born_timestamp, enc.hosts.get(born[0]) or enc.host(born[0]), born[1],
             store_ts, self._store_ip, self._store_port, msg.reconsume_times, msg.prepared_transaction_offset, blen,
         )  # fmt: skip
-        start = pos + HEADER_V4_SIZE
-        mm[start : start + blen] = body
-        end = pos + size
-        mm[start + blen : end] = tail
-        _SIZE_MAGIC.pack_into(mm, pos, size, magic)
-        self.appended(f, end, store_ts)
+        rec[HEADER_V4_SIZE : HEADER_V4_SIZE + blen] = body
+        rec[HEADER_V4_SIZE + blen :] = tail
+        _SIZE_MAGIC.pack_into(rec, 0, size, magic)
+        write_records(f, pos, rec)
+        self.appended(f, pos + size, store_ts)
         return phys, size
 
     def appended(self, f: MappedFile, end: int, store_ts: int) -> None:
@@ -182,7 +182,7 @@ class CommitLog:
 
     def _roll(self, f: MappedFile) -> MappedFile:
         if f.wrote < f.size:
-            _SIZE_MAGIC.pack_into(f.mm, f.wrote, f.size - f.wrote, MAGIC_BLANK)
+            f.write_at(f.wrote, _SIZE_MAGIC.pack(f.size - f.wrote, MAGIC_BLANK))
             f.wrote = f.size
         return self._new_file(f.end)
 
@@ -199,7 +199,7 @@ class CommitLog:
             if f.wrote >= f.size:
                 f = self._new_file(f.end)
             n = min(len(mv) - pos, f.size - f.wrote)
-            f.mm[f.wrote : f.wrote + n] = mv[pos : pos + n]
+            f.write_at(f.wrote, mv[pos : pos + n])
             f.wrote += n
             pos += n
 
@@ -322,11 +322,9 @@ class CommitLog:
 
     def sync_range(self, files: list[MappedFile]) -> None:
         """Worker-thread fsync of ``files`` (and the directory when segments were created/deleted)."""
-        if self.dir_dirty:
-            self.dir_dirty = False
-            fsync_dir(self.dir)
-        for f in files:
-            f.fsync()
+        dirs = [self.dir] if self.dir_dirty else []
+        self.dir_dirty = False
+        sync_all(dirs, files)
 
     def delete_first(self, count: int) -> int:
         """Destroy the ``count`` oldest segments (never the active one); return how many were deleted."""
@@ -358,6 +356,14 @@ class CommitLog:
             self.warmer = None
         for f in self.files:
             f.close()
+
+
+def write_records(f: MappedFile, pos: int, data: bytes | bytearray | memoryview) -> None:
+    """Write whole records at ``pos`` of ``f``, the first record's 8-byte size/magic header last: a write torn by
+    a killed process leaves a zero header that recovery stops at (the C send lane does the same)."""
+    mv = memoryview(data)
+    f.write_at(pos + 8, mv[8:])
+    f.write_at(pos, mv[:8])
 
 
 def _nonzero(f: MappedFile, pos: int) -> bool:

@@ -18,7 +18,7 @@ import structlog
 
 from brokerd.store.allocate import Allocator
 from brokerd.store.config import CQ_UNIT_SIZE
-from brokerd.store.mapped_file import MappedFile, file_name, fsync_dir, parse_file_name
+from brokerd.store.mapped_file import MappedFile, file_name, parse_file_name
 
 ENTRY: Final = struct.Struct(">qiq")
 _SIZE_AT: Final = struct.Struct(">i")
@@ -215,7 +215,7 @@ class ConsumeQueue:
         """Loop thread: what to fsync for entries written since the last flush (None = nothing).
 
         Returns (directories to fsync, files to fsync, offset that becomes flushed); the caller runs
-        ``sync_files`` in a worker thread and then sets ``flushed_offset``.
+        ``mapped_file.sync_all`` in a worker thread and then sets ``flushed_offset``.
         """
         upto = self.max_offset
         if upto == self.flushed_offset and not self.dir_dirty:
@@ -253,17 +253,6 @@ def _written_count(f: MappedFile) -> int:
         else:
             hi = mid
     return lo
-
-
-def sync_files(dirs: list[Path], files: list[MappedFile]) -> None:
-    """Worker thread: fsync directories (missing ones are skipped) and files."""
-    for d in dirs:
-        try:
-            fsync_dir(d)
-        except FileNotFoundError:
-            pass
-    for f in files:
-        f.fsync()
 
 
 def _last_nonzero_end(f: MappedFile, pos: int) -> int:

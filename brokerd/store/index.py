@@ -25,7 +25,7 @@ from zlib import crc32
 import structlog
 
 from brokerd.store.allocate import Allocator
-from brokerd.store.mapped_file import MappedFile, file_name, fsync_dir, parse_file_name
+from brokerd.store.mapped_file import MappedFile, file_name, parse_file_name, sync_all
 
 MAGIC: Final = b"RMQI"
 VERSION: Final = 2
@@ -233,10 +233,7 @@ class IndexService:
 
     def sync(self, dirty: tuple[bool, list[MappedFile]]) -> None:
         """Worker thread: fsync what ``take_dirty`` returned."""
-        if dirty[0]:
-            fsync_dir(self.dir)
-        for mf in dirty[1]:
-            mf.fsync()
+        sync_all([self.dir] if dirty[0] else [], dirty[1])
 
     def total_size(self) -> int:
         return len(self.files) * self.file_size

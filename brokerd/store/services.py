@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING
 import structlog
 
 from brokerd.store.checkpoint import Checkpoint, save_checkpoint
-from brokerd.store.consume_queue import sync_files
 from brokerd.store.flags import WRITE_LOGICS_QUEUE_ERROR
+from brokerd.store.mapped_file import sync_all
 
 if TYPE_CHECKING:
     from brokerd.store.message_store import MessageStore
@@ -171,8 +171,7 @@ class StoreServices:
             return
 
         def work() -> None:
-            for _cq, dirs, files, _upto in jobs:
-                sync_files(dirs, files)
+            sync_all([d for job in jobs for d in job[1]], [f for job in jobs for f in job[2]], missing_dirs_ok=True)
             if index is not None and idx_dirty is not None:
                 index.sync(idx_dirty)
             if save_cp:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import os
 import random
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from brokerd.remoting import RemotingClient, RemotingCommand, encode, request
 from brokerd.remoting.codec import FrameDecoder
 from brokerd.remoting.codes import ResponseCode
 from brokerd.remoting.connection import Connection
-from brokerd.store.flags import WRITE_LOGICS_QUEUE_ERROR
+from brokerd.store.flags import NOT_WRITEABLE, WRITE_LOGICS_QUEUE_ERROR
 
 pytestmark = pytest.mark.skipif(native is None, reason="brokerd._native is not built / BROKERD_NATIVE=0")
 
@@ -266,6 +267,39 @@ async def test_a_failed_consume_queue_write_flags_the_store_as_the_python_path_d
             await b.shutdown()
     # stored, then refused (recovery redoes the dispatch)
     assert codes["a"] == codes["b"] == [0] * 9 + [ResponseCode.SERVICE_NOT_AVAILABLE] * 3
+
+
+async def test_a_failed_segment_write_acknowledges_none_of_its_sends_and_stops_writes(tmp_path: Path) -> None:
+    """The lane writes the records of a read with one pwrite. When it fails (here the segment's descriptor is
+    swapped for a read-only one), none of those sends is acknowledged, the store stops taking writes as after a
+    failed Python append, and a restart recovers exactly the records written before."""
+    b, conn, tr = await start_broker(tmp_path, True)
+    try:
+        feed(conn, [send(i, "LaneA", i % 4, {"UNIQ_KEY": f"W{i:031d}"}, b"x") for i in range(1, 9)], 1)
+        assert b.send_lane is not None and b.send_lane.handled == 4
+        f = b.store.commit_log.files[-1]
+        real_fd, read_only = f.fd, os.open(f.path, os.O_RDONLY)
+        f.fd = read_only
+        try:
+            conn.data_received(b"".join(send(i, "LaneA", i % 4, {"UNIQ_KEY": f"W{i:031d}"}, b"y")
+                                        for i in range(9, 13)))  # fmt: skip
+        finally:
+            f.fd = real_fd
+            os.close(read_only)
+        assert b.send_lane.handled == 4 and sorted(c.opaque for c in tr.frames) == list(range(1, 9))
+        assert b.store.running_flags.has(NOT_WRITEABLE) and "append" in (b.store.last_error or "")
+        conn.data_received(send(13, "LaneA", 1, {"UNIQ_KEY": f"W{13:031d}"}, b"z"))
+        assert [c.code for c in tr.frames if c.opaque == 13] == [ResponseCode.SERVICE_NOT_AVAILABLE]
+        before = records(b)
+    finally:
+        await b.shutdown()
+    b2 = Broker(b.cfg, RemotingClient(), namesrv_addrs=[])
+    await b2.start()
+    try:
+        assert records(b2) == before and [r[10] for r in before] == [b"x"] * 8
+        assert sum(len(v) for k, v in queues(b2).items() if k[0] == "LaneA") == 8
+    finally:
+        await b2.shutdown()
 
 
 async def test_topic_changes_and_role_changes_take_effect_on_the_next_send(tmp_path: Path) -> None:

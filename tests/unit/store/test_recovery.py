@@ -199,3 +199,36 @@ async def test_put_after_shutdown_is_refused_and_the_store_can_start_again(make_
     assert store.is_writeable() and store.look_message_by_offset(first.wrote_offset) is not None
     again = await store.put_message(make_msg())
     assert again.queue_offset == 1 and again.wrote_offset == first.wrote_offset + first.wrote_bytes
+
+
+async def test_a_record_whose_write_is_cut_before_its_header_is_not_recovered(
+        make_store: StoreFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """Records are written with pwrite, the 8-byte size/magic header last: a process killed between the two
+    writes leaves the body on disk behind a zero header, and recovery ends the log before it."""
+    from brokerd.store.mapped_file import MappedFile
+
+    store = await make_store()
+    results = await put_many(store, 5)
+    real = MappedFile.write_at
+    writes: list[int] = []
+
+    def killed_before_header(self: MappedFile, pos: int, data: bytes | bytearray | memoryview) -> None:
+        writes.append(pos)
+        if len(writes) == 2:  # the header write never happens
+            raise OSError(5, "killed")
+        real(self, pos, data)
+
+    monkeypatch.setattr(MappedFile, "write_at", killed_before_header)
+    failed = await store.put_message(make_msg(body=b"never acknowledged"))
+    monkeypatch.undo()
+    end = results[-1].wrote_offset + results[-1].wrote_bytes
+    assert failed.status is PutStatus.SERVICE_NOT_AVAILABLE and writes == [end + 8, end]
+    await crash(store)
+    with open(segment_path(tmp_path, 0), "rb") as f:
+        f.seek(end)
+        head = f.read(64)
+    assert head[:8] == bytes(8) and b"never" not in head and any(head[8:])  # body written, header not
+    store2 = await make_store()
+    assert store2.max_phy_offset == end
+    assert assert_log_valid(store2) == 5
+    assert_queues_consistent(store2)

@@ -1,6 +1,6 @@
-"""The commit-log warmer pre-faults ahead of arbitrary (unaligned) write positions without ever handing madvise an
-unaligned address: one EINVAL used to switch warming off for every broker of the process (found at 16 brokers,
-where the loop thread then took every first-touch page fault itself)."""
+"""The commit-log warmer fills the page cache ahead of arbitrary (unaligned) write positions in whole pages and
+stays on (an early version handed madvise an unaligned address: one EINVAL switched warming off for every broker
+of the process)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def wait_until(cond: object, what: str, timeout: float = 10.0) -> None:
 
 def test_unaligned_targets_keep_warming_aligned_and_enabled(tmp_path: Path) -> None:
     shared = _WarmThread.get()
-    if shared.disabled:  # no madvise on this platform
+    if shared.disabled:  # no posix_fadvise on this platform
         return
     f = MappedFile.create(tmp_path, 0, 8 << 20)
     w = Warmer(ahead=2 << 20, chunk=1 << 20)
