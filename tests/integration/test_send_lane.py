@@ -5,10 +5,12 @@ in-process brokers, the connection fed like a socket would feed it)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import os
 import random
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +77,17 @@ async def start_broker(root: Path, lane: bool, **cfg: Any) -> tuple[Broker, Conn
     tr = Transport()
     conn.connection_made(tr)  # type: ignore[arg-type]
     return b, conn, tr
+
+
+@contextlib.asynccontextmanager
+async def restarted(b: Broker) -> AsyncIterator[Broker]:
+    """A new broker on the store of ``b`` (already shut down)."""
+    b2 = Broker(b.cfg, RemotingClient(), namesrv_addrs=[])
+    await b2.start()
+    try:
+        yield b2
+    finally:
+        await b2.shutdown()
 
 
 def send(opaque: int, topic: str, qid: int, props: dict[str, str], body: bytes, *, v1: bool = False,
@@ -226,15 +239,11 @@ async def test_records_survive_restart_and_segment_rolls_inside_one_read(tmp_pat
         before = records(b)
     finally:
         await b.shutdown()
-    b2 = Broker(b.cfg, RemotingClient(), namesrv_addrs=[])
-    await b2.start()
-    try:
+    async with restarted(b) as b2:
         after = records(b2)
         assert after == before and len(after) == 400
         assert sorted(r[2] for r in after if r[1] == 3) == list(range(100))
         assert queues(b2)[("LaneA", 0)] == [(r[3], r[12], tags_code_of("x")) for r in after if r[1] == 0]
-    finally:
-        await b2.shutdown()
 
 
 async def test_a_failed_consume_queue_write_flags_the_store_as_the_python_path_does(
@@ -293,13 +302,9 @@ async def test_a_failed_segment_write_acknowledges_none_of_its_sends_and_stops_w
         before = records(b)
     finally:
         await b.shutdown()
-    b2 = Broker(b.cfg, RemotingClient(), namesrv_addrs=[])
-    await b2.start()
-    try:
+    async with restarted(b) as b2:
         assert records(b2) == before and [r[10] for r in before] == [b"x"] * 8
         assert sum(len(v) for k, v in queues(b2).items() if k[0] == "LaneA") == 8
-    finally:
-        await b2.shutdown()
 
 
 async def test_topic_changes_and_role_changes_take_effect_on_the_next_send(tmp_path: Path) -> None:
