@@ -40,7 +40,7 @@ from brokerd.store.message_store import MessageStore
 LIVE_KEYS = frozenset({"brokerPermission", "registerNameServerPeriod", "longPollingEnable", "shortPollingTimeMills",
                        "autoCreateTopicEnable", "autoCreateSubscriptionGroup", "namesrvAddr",
                        "notifyConsumerIdsChangedEnable", "traceOn", "regionId", "diskSpaceWarningLevelRatio",
-                       "diskSpaceCleanForciblyRatio", "fileReservedTime", "deleteWhen"})
+                       "diskSpaceCleanForciblyRatio", "fileReservedTime", "deleteWhen", "enablePropertyFilter"})
 
 
 @dataclass

@@ -55,9 +55,7 @@ class BrokerConfig:
     max_hash_slot_num: int = 1_000_000
     max_index_num: int = 4_000_000
     flush_interval_consume_queue: int = 1000
-    # RocketMQ's default (warmMapedFileEnable=false): on our VMs the kernel's fault read-ahead pre-faults commit-log
-    # pages more cheaply than the warm thread does (measured with the warmer working: ASYNC 0.90-0.96 of the
-    # ceiling and SYNC 69k-72k msg/s, against 0.97-1.0 and 75k-97k without)
+    # RocketMQ's default (warmMapedFileEnable=false); measured on our VMs it does not pay (docs/benchmarks.md)
     warm_mapped_file_enable: bool = False
     clean_resource_interval: int = 10_000  # ms between expiry/quota checks
     auto_create_topic_enable: bool = True
@@ -68,6 +66,7 @@ class BrokerConfig:
     broker_permission: int = 6
     register_name_server_period: int = 30_000
     long_polling_enable: bool = True
+    enable_property_filter: bool = False  # SQL92 subscriptions (RocketMQ's default: off)
     short_polling_time_mills: int = 1000
     message_delay_level: str = DEFAULT_DELAY_LEVELS
     max_reconsume_times_default: int = 16

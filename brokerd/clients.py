@@ -61,8 +61,8 @@ class SubscriptionData:
                 "expressionType": self.expression_type, "classFilterMode": False}
 
     def tag_filter(self) -> Callable[[int], bool] | None:
-        """Broker-side filter on the consume-queue tag hash; None = everything matches.
-        Non-TAG expressions (SQL92) are not evaluated here: all messages pass and clients filter."""
+        """Broker-side filter on the consume-queue tag hash; None = everything matches. SQL92 expressions are
+        evaluated on each record's properties instead (brokerd/filter, the pull processor)."""
         if self.sub_string == "*" or self.expression_type != "TAG" or not self.code_set:
             return None
         codes = self.code_set

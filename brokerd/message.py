@@ -560,6 +560,14 @@ def record_layout(buf: ReadBuf, pos: int, size: int) -> tuple[int, int, int, int
     return sysflag, body_pos, blen, topic_pos, tlen
 
 
+def record_properties(buf: ReadBuf, pos: int = 0, size: int | None = None) -> dict[str, str]:
+    """The properties of the stored record at ``pos`` (they end the record). Raises CorruptRecordError."""
+    if size is None:
+        size = _I32.unpack_from(buf, pos)[0]
+    _, _, _, topic_pos, tlen = record_layout(buf, pos, size)
+    return decode_properties(bytes(buf[topic_pos + tlen + 2 : pos + size]))
+
+
 def verify_record(buf: ReadBuf, pos: int, limit: int | None = None) -> int:
     """Validate the record at ``pos`` (magic, size bounds, inner lengths, body CRC); return its size.
 

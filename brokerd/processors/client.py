@@ -1,5 +1,6 @@
 """Client connections: HEART_BEAT (34), UNREGISTER_CLIENT (35), GET_CONSUMER_LIST_BY_GROUP (38),
-LOCK_BATCH_MQ (41), UNLOCK_BATCH_MQ (42); broker -> client NOTIFY_CONSUMER_IDS_CHANGED (40)."""
+LOCK_BATCH_MQ (41), UNLOCK_BATCH_MQ (42), CHECK_CLIENT_CONFIG (46); broker -> client NOTIFY_CONSUMER_IDS_CHANGED
+(40)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from brokerd.filter import FilterError, compile_filter, is_tag_type, not_supported_remark
 from brokerd.metadata.names import retry_topic
 from brokerd.remoting.codes import ResponseCode
 from brokerd.remoting.command import RemotingCommand, request
@@ -37,7 +39,8 @@ class ClientProcessor:
         self.broker = broker
 
     def handlers(self) -> dict[int, object]:
-        return {34: self.heartbeat, 35: self.unregister, 38: self.consumer_list, 41: self.lock, 42: self.unlock}
+        return {34: self.heartbeat, 35: self.unregister, 38: self.consumer_list, 41: self.lock, 42: self.unlock,
+                46: self.check_client_config}
 
     def _track(self, conn: Connection) -> None:
         if not conn.attrs.get("tracked"):
@@ -67,6 +70,22 @@ class ClientProcessor:
             if isinstance(pd, dict) and pd.get("groupName"):
                 b.producers.register(conn, str(pd["groupName"]), client_id, cmd.language, cmd.version)
         return cmd.response(ext={"IS_SUPPORT_HEART_BEAT_V2": "true", "IS_SUB_CHANGE": "true"})
+
+    def check_client_config(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        """A push consumer with an SQL92 subscription asks at start whether this broker can filter it (body:
+        {clientId, group, subscriptionData}); nothing is registered."""
+        data = cmd.json_body() if cmd.body else {}
+        sub = data.get("subscriptionData") if isinstance(data, dict) else None
+        if not isinstance(sub, dict) or is_tag_type(sub.get("expressionType")):
+            return cmd.response()
+        etype = str(sub.get("expressionType"))
+        if not self.broker.cfg.enable_property_filter:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, not_supported_remark(etype))
+        try:
+            compile_filter(etype, sub.get("subString"))
+        except FilterError as exc:
+            return cmd.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(exc))
+        return cmd.response()
 
     def unregister(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         group = cmd.opt_str("consumerGroup")

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from brokerd.clients import SubscriptionData
+from brokerd.filter import FilterError, compile_filter, is_tag_type, not_supported_remark, record_matcher
 from brokerd.metadata.topic import PERM_READ
 from brokerd.remoting.codes import ResponseCode
 from brokerd.remoting.command import RemotingCommand
@@ -139,13 +141,35 @@ class PullProcessor:
         return res
 
     def _subscription(self, cmd: RemotingCommand, h: PullHeader) -> SubscriptionData | RemotingCommand:
-        if h.sys_flag & FLAG_SUBSCRIPTION:
+        if h.sys_flag & FLAG_SUBSCRIPTION:  # the pull carries its subscription (pull / lite-pull consumers)
             return SubscriptionData.build(h.topic, h.subscription, h.sub_version, h.expression_type)
         sub = self.broker.consumers.find_subscription(h.group, h.topic)
         if sub is None:
             return cmd.response(ResponseCode.SUBSCRIPTION_NOT_EXIST,
                                 f"the consumer's subscription not exist, group: {h.group}, topic: {h.topic}")
+        if sub.sub_version < h.sub_version:  # the heartbeat with the consumer's new subscription is not in yet
+            return cmd.response(ResponseCode.SUBSCRIPTION_NOT_LATEST, "the consumer's subscription not latest")
         return sub
+
+    def _record_filter(self, cmd: RemotingCommand, h: PullHeader,
+                       sub: SubscriptionData) -> Callable[[bytes], bool] | None | RemotingCommand:  # fmt: skip
+        """SQL92: a filter on each record's properties (None for tag subscriptions), or the error answer. As in
+        RocketMQ: an expression that does not compile, then enablePropertyFilter=false; unlike RocketMQ, a bad
+        expression carried by the pull itself is answered SUBSCRIPTION_PARSE_FAILED instead of matching every
+        message."""
+        if is_tag_type(sub.expression_type):
+            return None
+        try:
+            expr = compile_filter(sub.expression_type, sub.sub_string)
+        except FilterError as exc:
+            if h.sys_flag & FLAG_SUBSCRIPTION:
+                return cmd.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+                                    f"parse the consumer's subscription failed: {exc}")
+            return cmd.response(ResponseCode.FILTER_DATA_NOT_EXIST,
+                                f"The broker's consumer filter data is not exist!Your expression may be wrong! ({exc})")
+        if not self.broker.cfg.enable_property_filter:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, not_supported_remark(sub.expression_type))
+        return record_matcher(expr)
 
     def execute(self, conn: Connection, cmd: RemotingCommand, h: PullHeader,
                 allow_suspend: bool) -> RemotingCommand | None:
@@ -170,8 +194,11 @@ class PullProcessor:
         sub = self._subscription(cmd, h)
         if isinstance(sub, RemotingCommand):
             return sub
+        record_filter = self._record_filter(cmd, h, sub)
+        if isinstance(record_filter, RemotingCommand):
+            return record_filter
         r = b.store.get_message(h.topic, h.queue_id, h.queue_offset, h.max_msg_nums, h.max_msg_bytes,
-                                sub.tag_filter())
+                                sub.tag_filter(), record_filter)
         ext = {"suggestWhichBrokerId": "0", "nextBeginOffset": str(r.next_begin_offset),
                "minOffset": str(r.min_offset), "maxOffset": str(r.max_offset)}
         st = r.status

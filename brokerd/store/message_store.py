@@ -446,9 +446,10 @@ class MessageStore:
     # ================================================================ reads
 
     def get_message(self, topic: str, queue_id: int, offset: int, max_msg_nums: int, max_msg_bytes: int = 262144,
-                    tag_filter: Callable[[int], bool] | None = None) -> GetMessageResult:  # fmt: skip
+                    tag_filter: Callable[[int], bool] | None = None,
+                    record_filter: Callable[[bytes], bool] | None = None) -> GetMessageResult:  # fmt: skip
         return reader.get_message(self.commit_log, self.queue_store.get(topic, queue_id), self.cfg, offset,
-                                  max_msg_nums, max_msg_bytes, tag_filter)  # fmt: skip
+                                  max_msg_nums, max_msg_bytes, tag_filter, record_filter)  # fmt: skip
 
     def max_offset_in_queue(self, topic: str, queue_id: int) -> int:
         cq = self.queue_store.get(topic, queue_id)

@@ -28,7 +28,11 @@ def get_message(
     max_msg_nums: int,
     max_msg_bytes: int,
     tag_filter: Callable[[int], bool] | None,
+    record_filter: Callable[[bytes], bool] | None = None,
 ) -> GetMessageResult:
+    """Up to ``max_msg_nums`` stored records from ``offset``: ``tag_filter`` tests consume-queue tag codes before a
+    record is read, ``record_filter`` the record itself (SQL92 on its properties); a record either rejects is
+    skipped, and ``next_begin_offset`` moves past it."""
     S = GetMessageStatus
     if cq is None:
         return GetMessageResult(S.NO_MATCHED_LOGIC_QUEUE, next_begin_offset=0)
@@ -43,7 +47,7 @@ def get_message(
     elif offset > max_o:
         res.status, res.next_begin_offset = S.OFFSET_OVERFLOW_BADLY, max_o
     else:
-        _scan(log, cq, cfg, offset, max(1, max_msg_nums), max_msg_bytes, tag_filter, res)
+        _scan(log, cq, cfg, offset, max(1, max_msg_nums), max_msg_bytes, tag_filter, record_filter, res)
     return res
 
 
@@ -55,6 +59,7 @@ def _scan(
     max_msg_nums: int,
     max_msg_bytes: int,
     tag_filter: Callable[[int], bool] | None,
+    record_filter: Callable[[bytes], bool] | None,
     res: GetMessageResult,
 ) -> None:
     S = GetMessageStatus
@@ -91,6 +96,10 @@ def _scan(
             if not total:
                 status = S.MESSAGE_WAS_REMOVING
             next_phy_file_start = log.roll_next_file(phys)
+            continue
+        if record_filter is not None and not record_filter(data):
+            if not total:
+                status = S.NO_MATCHED_MESSAGE
             continue
         buffers.append(data)
         res.queue_offsets.append(qoff)
