@@ -71,4 +71,3 @@ async def test_prepared_topic_files_are_used_and_a_crash_with_staged_files_recov
         assert not staging.exists() or not any(staging.iterdir())
     finally:
         await again.shutdown()
-
