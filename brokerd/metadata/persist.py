@@ -28,6 +28,8 @@ from typing import Any, TypeVar
 import orjson
 import structlog
 
+from brokerd.fsutil import fsync_path
+
 T = TypeVar("T")
 
 log = structlog.get_logger().bind(component="metadata_persist")
@@ -57,14 +59,6 @@ def parse_json(data: bytes, *, bare_int_keys: bool = False) -> Any:
             return orjson.loads(_BARE_INT_KEY.sub(rb'\1"\2"\3', data))
         except orjson.JSONDecodeError:
             raise ValueError(f"invalid JSON: {first}") from first
-
-
-def fsync_dir(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _write_synced(path: str, data: bytes) -> None:
@@ -98,7 +92,7 @@ def atomic_write(path: str, data: bytes, *, keep_backup: bool = True) -> None:
     if keep_backup and os.path.exists(path):
         _rotate_backup(path)
     os.replace(tmp, path)
-    fsync_dir(directory)
+    fsync_path(directory)
 
 
 def _read_and_decode(path: str, decode: Callable[[Any], T], bare_int_keys: bool) -> T:
@@ -130,7 +124,7 @@ def load_document(path: str, decode: Callable[[Any], T], *, bare_int_keys: bool 
             ) from e
         if main_exists:
             os.replace(path, path + ".corrupt")
-            fsync_dir(os.path.dirname(os.path.abspath(path)))
+            fsync_path(os.path.dirname(os.path.abspath(path)))
         log.warning("metadata_loaded_from_backup", path=bak, main_error=str(main_error or "missing"))
         return result
     if main_exists:

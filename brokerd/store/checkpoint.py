@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Final
 from zlib import crc32
 
-from brokerd.store.mapped_file import fsync_dir
+from brokerd.fsutil import fsync_path
 
 MAGIC: Final = b"RMQC"
 VERSION: Final = 1
@@ -64,4 +64,4 @@ def save_checkpoint(path: Path, cp: Checkpoint) -> None:
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    fsync_dir(path.parent)
+    fsync_path(path.parent)

@@ -30,7 +30,7 @@ from zlib import crc32
 
 import structlog
 
-from brokerd.store.mapped_file import fsync_dir
+from brokerd.fsutil import fsync_path
 
 FILE_NAME: Final = "epochFileCheckpoint"
 BACKUP_SUFFIX: Final = ".bak"
@@ -126,7 +126,7 @@ def _write_atomic(path: Path, data: bytes) -> None:
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    fsync_dir(path.parent)
+    fsync_path(path.parent)
 
 
 class EpochFile:

@@ -84,14 +84,6 @@ def _sync_close_py(dir_fds: list[int], file_fds: list[int]) -> int:
 _sync_close: Callable[[list[int], list[int]], int] = native.sync_close if native is not None else _sync_close_py
 
 
-def fsync_dir(path: str | Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def preallocate(fd: int, size: int) -> None:
     """Reserve disk blocks so writes through the mapping never hit ENOSPC (which would be SIGBUS)."""
     try:

@@ -16,9 +16,10 @@ import zlib
 from pathlib import Path
 from typing import Final
 
+from brokerd.fsutil import fsync_path
 from controller.raft.storage import StorageCorruptionError
 from controller.raft.types import Snapshot
-from controller.raft.wal import fsync_dir, write_all
+from controller.raft.wal import write_all
 
 MAGIC: Final = b"RSNP\x01"
 _HEADER = struct.Struct(">QQQI")
@@ -52,7 +53,7 @@ class SnapshotStore:
             os.close(fd)
         os.replace(tmp, final)
         if self.fsync:
-            fsync_dir(self.dir)
+            fsync_path(self.dir)
         for index, path in self._images():
             if path != final and index <= snap.index:
                 path.unlink()

@@ -24,6 +24,7 @@ from typing import Final
 import msgpack
 import structlog
 
+from brokerd.fsutil import fsync_path
 from controller.raft.storage import Record, StorageCorruptionError, WalState, replay
 
 _HEADER = struct.Struct(">II")
@@ -59,14 +60,6 @@ def scan_records(data: bytes) -> tuple[list[Record], int]:
         out.append(tuple(rec))
         pos = end
     return out, pos
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def write_all(fd: int, data: bytes) -> None:
@@ -118,22 +111,14 @@ class WriteAheadLog:
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         if self.fsync:
             if not segments:
-                fsync_dir(self.dir)
+                fsync_path(self.dir)
             # What we just read may sit only in the page cache (appends written without fsync, or the
             # write of a Ready the process died in). The core treats every recovered entry as stable
             # and acknowledges it to leaders, so it must be durable before anything is sent: otherwise
             # a later power loss could drop an entry a leader already counted toward a commit.
             for _, seg in segments:
-                self._fsync_path(seg)
+                fsync_path(seg)
         return state
-
-    @staticmethod
-    def _fsync_path(path: Path) -> None:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
     def _truncate(self, path: Path, valid: int, size: int) -> None:
         self.truncated_bytes = size - valid
@@ -169,7 +154,7 @@ class WriteAheadLog:
             os.close(fd)
         os.replace(tmp, final)
         if self.fsync:
-            fsync_dir(self.dir)
+            fsync_path(self.dir)
         os.close(self._fd)
         self._fd = os.open(final, os.O_WRONLY | os.O_APPEND)
         self._seq = new_seq

@@ -1,0 +1,15 @@
+"""File-system durability helpers shared by the broker store, its metadata and the controller's Raft log."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def fsync_path(path: str | Path) -> None:
+    """fsync a file or a directory by path (a directory: its entries, e.g. after a create, rename or delete)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
