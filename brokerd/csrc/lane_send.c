@@ -115,9 +115,11 @@ static int send_props(Lane *l, Send *s) {
 static int parse_send(Lane *l, const unsigned char *b, Py_ssize_t total, Send *s) {
     uint32_t word = (uint32_t)be32(b + 4);
     Py_ssize_t hlen = word & 0xFFFFFF;
-    if ((word >> 24) != 0 || 4 + hlen > total) return 0;
+    uint32_t stype = word >> 24;  /* 0 JSON, 1 ROCKETMQ binary */
+    if (stype > 1 || 4 + hlen > total) return 0;
     Hdr *h = &s->h;
-    if (parse_header((const char *)b + 8, hlen, h)) return 0;
+    if (stype ? parse_binary_header((const char *)b + 8, hlen, h) : parse_header((const char *)b + 8, hlen, h))
+        return 0;
     if ((h->code != 310 && h->code != 10) || (h->flag_kind && h->flag != 0) || h->ext_kind != 1) return 0;
     if (!send_fields(s)) return 0;
     int r = topic_entry(l, s);

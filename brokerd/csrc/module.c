@@ -3,8 +3,8 @@
  * 1. decode_frame / encode_head (codec.c, json.c): the remoting codec for the common frames (JSON headers with
  *    string, integer, boolean and null values). Anything else (binary headers, floats, arrays, bad JSON) is
  *    handed back to the pure-Python codec, which stays the reference and produces the error messages.
- * 2. SendLane (lane.c, lane_send.c, send.c): the common-case SEND_MESSAGE / SEND_MESSAGE_V2 from frame bytes to
- *    stored record and response bytes. Any request it does not fully understand stops the lane at that frame;
+ * 2. SendLane (lane.c, lane_send.c, send.c): the common-case SEND_MESSAGE / SEND_MESSAGE_V2 (JSON or ROCKETMQ
+ *    binary header) from frame bytes to stored record and response bytes. Any request it does not fully understand stops the lane at that frame;
  *    Python then handles the frame, so requests are processed in arrival order and every unusual case keeps
  *    its Python behaviour.
  * 3. sync_close (sync.c): a flush's fsyncs with the GIL released once.

@@ -115,3 +115,47 @@ long long now_ms(void) {
     clock_gettime(CLOCK_REALTIME, &ts);
     return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
+
+int parse_binary_header(const char *p, Py_ssize_t n, Hdr *h) {
+    const unsigned char *u = (const unsigned char *)p;
+    if (n < 21) return 1;
+    h->code_kind = h->opaque_kind = h->flag_kind = h->version_kind = V_INT;
+    h->code = (int16_t)(u[0] << 8 | u[1]);
+    h->lang_kind = V_INT; h->lang_i = u[2];
+    h->version = (int16_t)(u[3] << 8 | u[4]);
+    h->opaque = be32(u + 5);
+    h->flag = be32(u + 9);
+    int32_t rlen = be32(u + 13);
+    Py_ssize_t pos = 17;
+    if (rlen < 0 || pos + rlen + 4 > n) return 1;
+    h->remark_kind = rlen ? V_STR : V_NULL;
+    h->remark = (Str){p + pos, rlen, 0};
+    pos += rlen;
+    int32_t elen = be32(u + pos);
+    pos += 4;
+    if (elen < 0 || pos + elen > n) return 1;
+    Py_ssize_t end = pos + elen;
+    h->ext_kind = 1;
+    h->n_ext = 0;
+    while (pos < end) {
+        if (pos + 2 > end) return 1;
+        int klen = (int16_t)(u[pos] << 8 | u[pos + 1]);
+        pos += 2;
+        if (klen < 0 || pos + klen + 4 > end) return 1;
+        Py_ssize_t kpos = pos;
+        pos += klen;
+        int32_t vlen = be32(u + pos);
+        pos += 4;
+        if (vlen < 0 || pos + vlen > end) return 1;
+        if (klen && vlen) {  /* the Python codec drops empty keys and values */
+            if (h->n_ext == MAX_EXT || !utf8_valid(u + kpos, klen) || !utf8_valid(u + pos, vlen)) return 1;
+            Ext *e = &h->ext[h->n_ext++];
+            e->k = (Str){p + kpos, klen, 0};
+            e->kind = V_STR;
+            e->s = (Str){p + pos, vlen, 0};
+            e->i = 0;
+        }
+        pos += vlen;
+    }
+    return 0;
+}

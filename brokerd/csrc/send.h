@@ -6,6 +6,11 @@
 typedef struct { const char *k; Py_ssize_t kn; const char *v; Py_ssize_t vn; } Prop;
 #define MAX_PROPS_N 256
 
+/* A ROCKETMQ binary header (code i16, language u8, version i16, opaque i32, flag i32, remark len32 + bytes,
+ * extFields len32 + (key len16 + bytes, value len32 + bytes)*) as a Hdr of string fields, as the Python codec
+ * reads it: fields with an empty key or value are left out. 0 ok; 1 malformed, over MAX_EXT fields or not
+ * UTF-8 (the Python codec decides and writes the error). */
+int parse_binary_header(const char *p, Py_ssize_t n, Hdr *h);
 /* The ext field `key` (the last occurrence wins, as in a dict), NULL when absent. */
 const Ext *find_ext(const Hdr *h, const char *key, Py_ssize_t klen);
 /* int(field or default) as the Python processor reads it: 0 ok, 1 unsupported (Python parses it). */

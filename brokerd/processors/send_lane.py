@@ -1,10 +1,11 @@
 """The C send lane (``brokerd._native.SendLane``) wired to one broker.
 
-For the common case of SEND_MESSAGE (10) / SEND_MESSAGE_V2 (310) — a known writable topic, a plain message
-with a UNIQ_KEY and no DELAY, a master store with no error flag set — the lane does in C what
-``SendProcessor.process`` and ``MessageStore.put_message_deferred`` do in Python: stored record into the
-active commit-log segment (the records of one read written with one pwrite, as ``CommitLog.append`` writes
-one), queue offset, consume-queue and key-index puts (their Python methods), and the response frame. Everything else stops the lane at that frame and goes through the Python processor, so
+For the common case of SEND_MESSAGE (10) / SEND_MESSAGE_V2 (310) with a JSON or ROCKETMQ binary header — a
+known writable topic, a plain message with a UNIQ_KEY and no DELAY, a master store with no error flag set — the
+lane does in C what ``SendProcessor.process`` and ``MessageStore.put_message_deferred`` do in Python: stored
+record into the active commit-log segment (the records of one read written with one pwrite, as
+``CommitLog.append`` writes one), queue offset, consume-queue and key-index puts (their Python methods), and
+the response frame. Everything else stops the lane at that frame and goes through the Python processor, so
 requests keep their arrival order. With SYNC_FLUSH the responses of one read wait for one flush (group
 commit) and are written from its callback, as the Python path does per message; a flush timeout answers
 FLUSH_DISK_TIMEOUT.

@@ -19,7 +19,28 @@ import uvloop
 _PREFIX = struct.Struct(">ii")
 
 
+BINARY = False  # --binary: ROCKETMQ binary headers (a Java client with -Drocketmq.serialize.type=ROCKETMQ)
+_BIN_FIXED = struct.Struct(">hBhiii")
+
+
+_FIELDS: dict[tuple[str, str], bytes] = {}  # encoded binary ext fields (the repeated ones stay cached)
+
+
+def _bin_field(k: str, v: str) -> bytes:
+    b = _FIELDS.get((k, v))
+    if b is None:
+        kb, vb = k.encode(), v.encode()
+        b = struct.pack(">h", len(kb)) + kb + struct.pack(">i", len(vb)) + vb
+        if len(_FIELDS) < 4096:
+            _FIELDS[(k, v)] = b
+    return b
+
+
 def frame(code: int, opaque: int, ext: dict[str, str], body: bytes = b"") -> bytes:
+    if BINARY:
+        fields = b"".join([_bin_field(k, v) for k, v in ext.items()])
+        header = _BIN_FIXED.pack(code, 0, 479, opaque, 0, 0) + struct.pack(">i", len(fields)) + fields
+        return _PREFIX.pack(4 + len(header) + len(body), 1 << 24 | len(header)) + header + body
     header = orjson.dumps({"code": code, "extFields": ext, "flag": 0, "language": "JAVA", "opaque": opaque,
                            "serializeTypeCurrentRPC": "JSON", "version": 479})
     return _PREFIX.pack(4 + len(header) + len(body), len(header)) + header + body
@@ -174,7 +195,10 @@ def main() -> int:
     ap.add_argument("--total", type=int, default=100_000)
     ap.add_argument("--body", type=int, default=1024)
     ap.add_argument("--queues", type=int, default=8)
+    ap.add_argument("--binary", action="store_true", help="ROCKETMQ binary request headers instead of JSON")
     a = ap.parse_args()
+    global BINARY
+    BINARY = a.binary
     uvloop.install()
     if a.mode == "produce":
         res = asyncio.run(produce(a.addr, a.topic, a.conns, a.inflight, a.total, a.body, a.queues))

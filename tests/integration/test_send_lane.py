@@ -21,7 +21,7 @@ from brokerd.broker_config import BrokerConfig
 from brokerd.message import decode_record, encode_batch_body, encode_properties, tags_code_of
 from brokerd.metadata.topic import PERM_READ, TopicConfig
 from brokerd.native import native
-from brokerd.remoting import RemotingClient, RemotingCommand, encode, request
+from brokerd.remoting import RemotingClient, RemotingCommand, encode, encode_binary, request
 from brokerd.remoting.codec import FrameDecoder
 from brokerd.remoting.codes import ResponseCode
 from brokerd.remoting.connection import Connection
@@ -91,7 +91,7 @@ async def restarted(b: Broker) -> AsyncIterator[Broker]:
 
 
 def send(opaque: int, topic: str, qid: int, props: dict[str, str], body: bytes, *, v1: bool = False,
-         code: int | None = None, oneway: bool = False, batch: str = "false") -> bytes:  # fmt: skip
+         code: int | None = None, oneway: bool = False, batch: str = "false", binary: bool = False) -> bytes:  # fmt: skip
     names = (("producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag", "bornTimestamp",
               "flag", "properties", "reconsumeTimes", "unitMode", "maxReconsumeTimes", "batch") if v1
              else tuple("abcdefghijklm"))  # fmt: skip
@@ -99,11 +99,12 @@ def send(opaque: int, topic: str, qid: int, props: dict[str, str], body: bytes, 
               "0", "false", "16", batch)  # fmt: skip
     cmd = request(code or (10 if v1 else 310), dict(zip(names, values, strict=True)), body, oneway=oneway)
     cmd.opaque = opaque
-    return encode(cmd)
+    return encode_binary(cmd) if binary else encode(cmd)
 
 
-def mixed_stream(seed: int, n: int) -> list[bytes]:
-    """Mostly plain sends, with every kind of request the lane must leave to Python mixed in."""
+def mixed_stream(seed: int, n: int, binary: float = 0.0) -> list[bytes]:
+    """Mostly plain sends, with every kind of request the lane must leave to Python mixed in; a ``binary`` share
+    of the sends have ROCKETMQ binary headers."""
     rnd = random.Random(seed)
     frames = []
     for i in range(1, n + 1):
@@ -144,7 +145,8 @@ def mixed_stream(seed: int, n: int) -> list[bytes]:
                 "subVersion": "0"}), opaque=i)))  # fmt: skip
             continue
         batch = rnd.choice(["false", "0", "", "false", "0"]) if rnd.random() < 0.98 else rnd.choice(["1", "TRUE"])
-        frames.append(send(i, topic, rnd.randrange(4), props, body, v1=rnd.random() < 0.3, batch=batch))
+        frames.append(send(i, topic, rnd.randrange(4), props, body, v1=rnd.random() < 0.3, batch=batch,
+                           binary=rnd.random() < binary))
     return frames
 
 
@@ -194,9 +196,9 @@ async def all_answered(*trs: Transport) -> None:
     raise AssertionError(f"answers did not settle: {last}")
 
 
-@pytest.mark.parametrize("flush", ["ASYNC_FLUSH", "SYNC_FLUSH"])
-async def test_lane_stores_and_answers_exactly_like_the_python_path(tmp_path: Path, flush: str) -> None:
-    frames = mixed_stream(11, 600)
+@pytest.mark.parametrize(("flush", "binary"), [("ASYNC_FLUSH", 0.0), ("SYNC_FLUSH", 0.0), ("ASYNC_FLUSH", 0.5)])
+async def test_lane_stores_and_answers_exactly_like_the_python_path(tmp_path: Path, flush: str, binary: float) -> None:
+    frames = mixed_stream(11, 600, binary)
     (a, ca, ta), (b, cb, tb) = [await start_broker(tmp_path / name, lane, flush_disk_type=flush)
                                 for name, lane in (("a", True), ("b", False))]  # fmt: skip
     try:
@@ -343,7 +345,7 @@ async def test_random_queue_choice_stays_inside_the_write_queues(tmp_path: Path)
 
 def mutate(rnd: random.Random, frame: bytes) -> bytes:
     """A valid send frame with a few header bytes changed (lengths kept, so the stream stays framed)."""
-    hlen = int.from_bytes(frame[4:8], "big")
+    hlen = int.from_bytes(frame[5:8], "big")  # the first byte is the serialize type
     raw = bytearray(frame)
     for _ in range(rnd.randint(1, 4)):
         pos = 8 + rnd.randrange(hlen)
@@ -365,7 +367,8 @@ def queue_field_is_plain(raw: bytes) -> bool:
 async def test_mutated_send_frames_get_the_python_answers_and_never_crash(tmp_path: Path) -> None:
     rnd = random.Random(5)
     base = [send(i, rnd.choice(TOPICS), i % 4, {"UNIQ_KEY": f"M{i:031d}", "TAGS": "t", "KEYS": "a b"},
-                 bytes([i % 256]) * rnd.randint(0, 200), v1=i % 3 == 0) for i in range(1, 1201)]  # fmt: skip
+                 bytes([i % 256]) * rnd.randint(0, 200), v1=i % 3 == 0, binary=i % 4 == 1)
+            for i in range(1, 1201)]  # fmt: skip
     (a, ca, ta), (b, cb, tb) = [await start_broker(tmp_path / name, lane) for name, lane in (("a", True), ("b", False))]
     try:
         feed(ca, base[:40], 1)  # admit topics and queues
@@ -448,7 +451,7 @@ CAPTURES = json.loads((Path(__file__).parents[1] / "testdata" / "client_first_fr
 @pytest.mark.parametrize("capture", [f for f in CAPTURES if f["target"] == "broker"], ids=lambda f: f["client"][:28])
 async def test_real_client_sends_take_the_lane_when_they_can(tmp_path: Path, capture: dict[str, Any]) -> None:
     """The first send of a queue goes through Python (admission); the next identical one takes the lane when it
-    has a JSON header and a UNIQ_KEY (ali-ons sends none: Python assigns it; binary headers: Python)."""
+    has a UNIQ_KEY (ali-ons sends none: Python assigns it), with a JSON or a binary header."""
     raw = bytes.fromhex(capture["hex"])
     cmd = FrameDecoder().feed(raw)[0]
     b, conn, tr = await start_broker(tmp_path, True)
@@ -457,7 +460,7 @@ async def test_real_client_sends_take_the_lane_when_they_can(tmp_path: Path, cap
         conn.data_received(raw)
         conn.data_received(raw)
         assert [c.code for c in tr.frames] == [0, 0]
-        takes_lane = capture["ser"] == "JSON" and "UNIQ_KEY" in (cmd.ext.get("i") or cmd.ext.get("properties") or "")
+        takes_lane = "UNIQ_KEY" in (cmd.ext.get("i") or cmd.ext.get("properties") or "")
         assert b.send_lane is not None and b.send_lane.handled == (1 if takes_lane else 0)
         first, second = records(b)
         assert first[:2] == second[:2] and first[4:] [:-3] == second[4:][:-3]  # same topic, queue, flags, body
