@@ -108,9 +108,7 @@ def _compare(lv: Value, rv: Value) -> int:
     """ComparisonExpression.compare with string conversion on (RocketMQ's parser always turns it on)."""
     if isinstance(lv, Num) and isinstance(rv, Num):
         return _compare_nums(lv, rv)
-    if type(lv) is type(rv):
-        if isinstance(lv, str):
-            return _compare_utf16(lv, rv)  # type: ignore[arg-type]
+    if type(lv) is type(rv):  # two strings only get here from `=` (ordering compares them as doubles)
         return _sign(lv, rv)
     if isinstance(lv, str) and isinstance(rv, Num):
         return _compare_nums(_parse_as(rv.kind, lv), rv)
@@ -121,10 +119,6 @@ def _compare(lv: Value, rv: Value) -> int:
     if isinstance(lv, bool) and isinstance(rv, str):
         raise _EvalError("java.lang.ClassCastException")  # RocketMQ casts the Boolean to String here
     return -1  # other mixes: "less than", as RocketMQ answers
-
-
-def _compare_utf16(a: str, b: str) -> int:
-    return _sign(a.encode("utf-16-be", "surrogatepass"), b.encode("utf-16-be", "surrogatepass"))
 
 
 def _equal(lv: Value, rv: Value) -> bool:
