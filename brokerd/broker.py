@@ -11,7 +11,6 @@ import dataclasses
 import os
 import shutil
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -19,6 +18,7 @@ import structlog
 from brokerd.broker_config import BrokerConfig
 from brokerd.clients import ConsumerManager, ProducerManager, RebalanceLockManager
 from brokerd.config_file import build_config, config_to_properties, snake_to_camel
+from brokerd.context import BrokerStats
 from brokerd.metadata import BrokerMetadata, MetadataChange
 from brokerd.metadata.topic import PERM_READ, PERM_WRITE
 from brokerd.metadata.version import DataVersion
@@ -41,15 +41,6 @@ LIVE_KEYS = frozenset({"brokerPermission", "registerNameServerPeriod", "longPoll
                        "autoCreateTopicEnable", "autoCreateSubscriptionGroup", "namesrvAddr",
                        "notifyConsumerIdsChangedEnable", "traceOn", "regionId", "diskSpaceWarningLevelRatio",
                        "diskSpaceCleanForciblyRatio", "fileReservedTime", "deleteWhen", "enablePropertyFilter"})
-
-
-@dataclass
-class BrokerStats:
-    msgs_in: int = 0
-    msgs_out: int = 0
-    bytes_in: int = 0
-    bytes_out: int = 0
-    errors: int = 0
 
 
 def store_config_of(cfg: BrokerConfig) -> StoreConfig:

@@ -12,7 +12,7 @@ from brokerd.metadata.names import RMQ_SYS_SCHEDULE_TOPIC
 from brokerd.store.message_store import GetMessageStatus, PutStatus
 
 if TYPE_CHECKING:
-    from brokerd.broker import Broker
+    from brokerd.context import BrokerContext
 
 SCHEDULE_TOPIC = RMQ_SYS_SCHEDULE_TOPIC
 
@@ -22,7 +22,7 @@ def now_ms() -> int:
 
 
 class ScheduleService:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: BrokerContext) -> None:
         self.broker = broker
         self.levels = broker.cfg.delay_levels_ms
         self.log = broker.log.bind(component="schedule")

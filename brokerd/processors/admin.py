@@ -15,7 +15,7 @@ from brokerd.remoting.command import RemotingCommand
 from brokerd.remoting.connection import Connection
 
 if TYPE_CHECKING:
-    from brokerd.broker import Broker
+    from brokerd.context import BrokerContext
 
 SYSTEM_TOPICS_NOT_UPDATABLE = frozenset({"SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC", "TBW102"})
 CONFIG_BLACKLIST = frozenset({"configBlackList", "brokerConfigPaths", "storePathRootDir", "brokerName",
@@ -23,7 +23,7 @@ CONFIG_BLACKLIST = frozenset({"configBlackList", "brokerConfigPaths", "storePath
 
 
 class AdminProcessor:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: BrokerContext) -> None:
         self.broker = broker
 
     def handlers(self) -> dict[int, object]:

@@ -15,7 +15,7 @@ from brokerd.remoting.command import RemotingCommand, request
 from brokerd.remoting.connection import Connection
 
 if TYPE_CHECKING:
-    from brokerd.broker import Broker
+    from brokerd.context import BrokerContext
 
 
 
@@ -35,7 +35,7 @@ def _mq_json(mq: tuple[str, str, int]) -> dict[str, Any]:
 
 
 class ClientProcessor:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: BrokerContext) -> None:
         self.broker = broker
 
     def handlers(self) -> dict[int, object]:
@@ -116,7 +116,7 @@ class ClientProcessor:
         return cmd.response()
 
 
-def notify_consumer_ids_changed(broker: Broker, group: str) -> None:
+def notify_consumer_ids_changed(broker: BrokerContext, group: str) -> None:
     """One-way NOTIFY_CONSUMER_IDS_CHANGED to every channel of the group (spec 2.3)."""
     if not broker.cfg.notify_consumer_ids_changed_enable:
         return

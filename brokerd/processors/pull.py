@@ -16,7 +16,7 @@ from brokerd.remoting.connection import Connection
 from brokerd.store.message_store import GetMessageStatus
 
 if TYPE_CHECKING:
-    from brokerd.broker import Broker
+    from brokerd.context import BrokerContext
 
 FLAG_COMMIT_OFFSET = 0x1
 FLAG_SUSPEND = 0x2
@@ -123,7 +123,7 @@ class PullHoldService:
 
 
 class PullProcessor:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: BrokerContext) -> None:
         self.broker = broker
         self.hold = PullHoldService(self)
         broker.store.add_dispatch_listener(self.hold.notify)

@@ -9,11 +9,11 @@ from brokerd.remoting.command import RemotingCommand
 from brokerd.remoting.connection import Connection
 
 if TYPE_CHECKING:
-    from brokerd.broker import Broker
+    from brokerd.context import BrokerContext
 
 
 class QueryProcessor:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: BrokerContext) -> None:
         self.broker = broker
 
     def handlers(self) -> dict[int, object]:

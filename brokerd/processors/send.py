@@ -21,7 +21,7 @@ from brokerd.remoting.connection import Connection
 from brokerd.store.message_store import PutMessageResult, PutStatus
 
 if TYPE_CHECKING:
-    from brokerd.broker import Broker
+    from brokerd.context import BrokerContext
 
 NOT_ALLOWED_SEND_TOPICS = frozenset({RMQ_SYS_SCHEDULE_TOPIC, "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC",
                                      "RMQ_SYS_TRACE_TOPIC_NOT_ALLOWED"})
@@ -98,7 +98,7 @@ def parse_send_header(cmd: RemotingCommand) -> SendHeader:
 
 
 class SendProcessor:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: BrokerContext) -> None:
         self.broker = broker
         self.cluster = broker.cfg.broker_cluster_name
         self.store_host = (broker.cfg.broker_ip1, broker.cfg.listen_port)

@@ -38,7 +38,7 @@ from brokerd.store.flags import WRITE_LOGICS_QUEUE_ERROR
 from brokerd.store.results import PutStatus
 
 if TYPE_CHECKING:
-    from brokerd.broker import Broker
+    from brokerd.context import BrokerContext
     from brokerd.store.mapped_file import MappedFile
     from brokerd.store.message_store import MessageStore
 
@@ -50,7 +50,7 @@ log = structlog.get_logger(component="send_lane")
 class SendLane:
     """Callable as a dispatcher lane: (conn, buf, pos, out) -> new pos."""
 
-    def __init__(self, broker: Broker, not_allowed: frozenset[str]) -> None:
+    def __init__(self, broker: BrokerContext, not_allowed: frozenset[str]) -> None:
         self.broker = broker
         self.not_allowed = not_allowed
         self._lane: Any = None

@@ -15,11 +15,11 @@ from brokerd.remoting.connection import Connection
 from brokerd.store.message_store import PutStatus
 
 if TYPE_CHECKING:
-    from brokerd.broker import Broker
+    from brokerd.context import BrokerContext
 
 
 class SendBackProcessor:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: BrokerContext) -> None:
         self.broker = broker
 
     def handlers(self) -> dict[int, object]:

@@ -38,7 +38,7 @@ from brokerd.remoting.connection import Connection
 from brokerd.store.message_store import GetMessageStatus, PutMessageResult, PutStatus
 
 if TYPE_CHECKING:
-    from brokerd.broker import Broker
+    from brokerd.context import BrokerContext
 
 OP_TAG = "d"
 PUT_OK = (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT)
@@ -71,7 +71,7 @@ def real_message(half: MessageExt, outcome: int) -> MessageInner:
 
 
 class TransactionProcessor:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: BrokerContext) -> None:
         self.broker = broker
         self.log = structlog.get_logger("transaction").bind(broker=broker.cfg.identity)
         self._done: set[int] = set()  # half queue offsets with an op message at or past the scan position

@@ -1,0 +1,93 @@
+"""What a request processor (and the broker's own services) may use of the broker: `BrokerContext`.
+
+`brokerd/broker.py` builds the processors and services and hands each one the broker as a `BrokerContext`;
+no processor imports `broker.py`. The protocol names exactly what they use, so a new processor (or a test)
+needs nothing more than an object with these members, and the broker can change its insides freely.
+
+Direction of dependencies (checked by the import-linter contracts in pyproject.toml):
+    remoting, message → store → metadata → context → processors / schedule → broker → container
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import structlog
+
+from brokerd.broker_config import BrokerConfig
+from brokerd.clients import ConsumerManager, ProducerManager, RebalanceLockManager
+from brokerd.message import MessageInner
+from brokerd.metadata import BrokerMetadata
+from brokerd.metadata.version import DataVersion
+from brokerd.store.message_store import MessageStore
+
+
+@dataclass
+class BrokerStats:
+    """The broker's traffic counters (runtime info, /metrics)."""
+
+    msgs_in: int = 0
+    msgs_out: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    errors: int = 0
+
+
+class DelayScheduler(Protocol):
+    """The delay-level service as the send and send-back processors see it."""
+
+    def apply_delay(self, msg: MessageInner) -> None:
+        """Re-target a message carrying DELAY > 0 to the schedule topic (no-op otherwise)."""
+
+
+class BrokerContext(Protocol):
+    """One broker as its processors and services see it."""
+
+    @property
+    def cfg(self) -> BrokerConfig: ...
+
+    @property
+    def store(self) -> MessageStore: ...
+
+    @property
+    def meta(self) -> BrokerMetadata: ...
+
+    @property
+    def consumers(self) -> ConsumerManager: ...
+
+    @property
+    def producers(self) -> ProducerManager: ...
+
+    @property
+    def locks(self) -> RebalanceLockManager: ...
+
+    @property
+    def stats(self) -> BrokerStats: ...
+
+    @property
+    def schedule(self) -> DelayScheduler: ...
+
+    @property
+    def config_version(self) -> DataVersion: ...
+
+    @property
+    def log(self) -> structlog.typing.FilteringBoundLogger: ...
+
+    def is_master(self) -> bool:
+        """Not a slave: takes writes (when its permission allows)."""
+
+    def is_writeable(self) -> bool:
+        """Master with PERM_WRITE in brokerPermission."""
+
+    def is_readable(self) -> bool:
+        """PERM_READ in brokerPermission."""
+
+    def config_properties(self) -> dict[str, str]:
+        """The broker's whole configuration as RocketMQ key=value properties."""
+
+    def update_config(self, props: dict[str, str]) -> None:
+        """Validate and apply runtime-changeable keys (UPDATE_BROKER_CONFIG); raises ConfigError naming a key."""
+
+    def runtime_info(self) -> dict[str, Any]:
+        """GET_BROKER_RUNTIME_INFO's table."""
