@@ -1,11 +1,6 @@
-/* brokerd._native.SendLane: the Python type around lane_one (lane_send.c). */
+/* brokerd._native.SendLane: the Python type around lane_one (lane_send.c). Depends on lane_send.c through
+ * lane.h only; lane_send.c knows nothing of this file. */
 #include "lane.h"
-
-void lane_clear_cache(Lane *l) {
-    Py_CLEAR(l->last_entry);
-    Py_CLEAR(l->last_topic_obj);
-    l->last_topic_n = -1;
-}
 
 static int Lane_traverse(Lane *l, visitproc visit, void *arg) {
     Py_VISIT(l->topics); Py_VISIT(l->next_qoff); Py_VISIT(l->listeners); Py_VISIT(l->index_put); Py_VISIT(l->error); Py_VISIT(l->write_error); Py_VISIT(l->last_entry); Py_VISIT(l->last_topic_obj);

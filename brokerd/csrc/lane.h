@@ -1,4 +1,6 @@
-/* The send lane's state (lane.c: the Python type; lane_send.c: one send from frame to answer). */
+/* What lane.c and lane_send.c share, and nothing else: the lane's state and the three functions lane_send.c
+ * exports. lane.c (the Python type SendLane) calls into lane_send.c (one send from frame to answer); never the
+ * other way. */
 #ifndef BROKERD_LANE_H
 #define BROKERD_LANE_H
 #include "send.h"

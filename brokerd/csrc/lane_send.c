@@ -7,6 +7,13 @@
 #include <strings.h>
 #include <unistd.h>
 
+/* The one-entry topic cache (Lane.last_*): dropped when the topic table changes (lane.c) or misses (here). */
+void lane_clear_cache(Lane *l) {
+    Py_CLEAR(l->last_entry);
+    Py_CLEAR(l->last_topic_obj);
+    l->last_topic_n = -1;
+}
+
 #define F(h, short_name, long_name) ((h)->code == 310 ? (short_name) : (long_name))
 
 /* The batch field as the Python processor reads it (value.lower() in ("true", "1"); C++ clients send "0"); an
