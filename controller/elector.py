@@ -12,17 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING
 
 import structlog
 
 from brokerd.remoting.codes import ResponseCode as RC
+from controller.context import ElectorContext
 from controller.statemachine.decide_election import elect_master
 from controller.statemachine.elect import CONTROLLER_TRIGGER
 from controller.statemachine.image import BrokerSet
-
-if TYPE_CHECKING:
-    from controller.server import ControllerServer
 
 log = structlog.get_logger(component="controller_elector")
 
@@ -33,7 +30,7 @@ FINAL_CODES = frozenset({
 
 
 class Elector:
-    def __init__(self, srv: ControllerServer) -> None:
+    def __init__(self, srv: ElectorContext) -> None:
         self.srv = srv
         self.started_at = time.monotonic()
         self.running: dict[str, asyncio.Task[None]] = {}

@@ -161,7 +161,7 @@ class LivenessTracker:
                 continue
             info.slot = None
             deadline = info.last_seen_ms + info.timeout_ms
-            if deadline > now:
+            if deadline >= now:  # dead only once strictly past the timeout, as is_alive and scan_all judge
                 info.slot = self.wheel.schedule(info.key, deadline)
             else:
                 self._die(info)

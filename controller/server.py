@@ -16,6 +16,7 @@ from brokerd.remoting.codes import RequestCode
 from brokerd.remoting.command import RemotingCommand, request
 from brokerd.remoting.connection import Handler
 from controller.config import ControllerConfig
+from controller.context import HandlerContext
 from controller.elector import Elector
 from controller.executor import ConcurrentExecutor, ExecSettings, Executor, LegacyExecutor, NotLeaderReply
 from controller.handlers import admin, election, heartbeat, query, register
@@ -32,6 +33,10 @@ log = structlog.get_logger(component="controller")
 LEGACY_HEARTBEAT_TIMEOUT_MS = 10000  # RocketMQ DEFAULT_BROKER_CHANNEL_EXPIRED_TIME
 STALL_WARN_S = 0.1
 PUSH_FAIL_LOG_EVERY_S = 60.0
+
+HANDLER_FAMILIES: tuple[Callable[[HandlerContext], dict[int, Handler]], ...] = (
+    register.handlers, election.handlers, query.handlers, admin.handlers, heartbeat.handlers,
+)
 
 
 def monotonic_ms() -> float:
@@ -91,9 +96,10 @@ class ControllerServer:
         return self.sm.image
 
     def handlers(self) -> dict[int, Handler]:
+        """Every request family's handlers, built on this server as their `HandlerContext`."""
         table: dict[int, Handler] = {}
-        for mod in (register, election, query, admin, heartbeat):
-            table.update(mod.handlers(self))
+        for build in HANDLER_FAMILIES:
+            table.update(build(self))
         return table
 
     def metadata_header(self) -> dict[str, str]:

@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from brokerd.remoting.codes import RequestCode
 from brokerd.remoting.codes import ResponseCode as RC
 from brokerd.remoting.command import RemotingCommand
 from brokerd.remoting.connection import Connection, Handler
 from controller.config import ConfigError, parse_properties
+from controller.context import HandlerContext
 from controller.handlers.wire import req_bool, req_str, respond
 from controller.statemachine.decide_admin import clean_broker_data
 
-if TYPE_CHECKING:
-    from controller.server import ControllerServer
 
-
-def handlers(srv: ControllerServer) -> dict[int, Handler]:
+def handlers(srv: HandlerContext) -> dict[int, Handler]:
     async def clean(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         name = req_str(cmd, "brokerName")
         ids = cmd.opt_str("brokerControllerIdsToClean")

@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from brokerd.remoting.codes import RequestCode
 from brokerd.remoting.codes import ResponseCode as RC
 from brokerd.remoting.command import HeaderError, RemotingCommand
 from brokerd.remoting.connection import Connection, Handler
+from controller.context import HandlerContext
 from controller.handlers.wire import req_bool, req_int, req_json, req_str, respond
 from controller.statemachine import decide_election as d
 from controller.statemachine.elect import CONTROLLER_TRIGGER
-
-if TYPE_CHECKING:
-    from controller.server import ControllerServer
 
 
 def parse_sync_state_set(body: object) -> tuple[frozenset[int], int]:
@@ -28,7 +24,7 @@ def parse_sync_state_set(body: object) -> tuple[frozenset[int], int]:
     return frozenset(ids), epoch
 
 
-def handlers(srv: ControllerServer) -> dict[int, Handler]:
+def handlers(srv: HandlerContext) -> dict[int, Handler]:
     async def elect_master(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         name = req_str(cmd, "brokerName")
         broker_id = req_int(cmd, "brokerId", CONTROLLER_TRIGGER)

@@ -3,22 +3,18 @@ it one-way to all controllers), so a newly elected leader already knows who is a
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from brokerd.remoting.codes import RequestCode
 from brokerd.remoting.codes import ResponseCode as RC
 from brokerd.remoting.command import RemotingCommand
 from brokerd.remoting.connection import Connection, Handler
+from controller.context import HandlerContext
 from controller.handlers.wire import req_int, req_str
 from controller.liveness import DEFAULT_PRIORITY, BrokerKey
-
-if TYPE_CHECKING:
-    from controller.server import ControllerServer
 
 CONN_KEYS = "controller_heartbeat_keys"
 
 
-def handlers(srv: ControllerServer) -> dict[int, Handler]:
+def handlers(srv: HandlerContext) -> dict[int, Handler]:
     def on_close(conn: Connection) -> None:
         keys = conn.attrs.get(CONN_KEYS)
         if isinstance(keys, set):

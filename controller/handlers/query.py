@@ -3,21 +3,17 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from brokerd.remoting.codes import RequestCode
 from brokerd.remoting.codes import ResponseCode as RC
 from brokerd.remoting.command import HeaderError, RemotingCommand
 from brokerd.remoting.connection import Connection, Handler
+from controller.context import HandlerContext
 from controller.handlers.wire import req_json, req_str, respond
 from controller.statemachine.decide_admin import get_sync_state_data
 from controller.statemachine.decide_register import get_replica_info
 
-if TYPE_CHECKING:
-    from controller.server import ControllerServer
 
-
-def handlers(srv: ControllerServer) -> dict[int, Handler]:
+def handlers(srv: HandlerContext) -> dict[int, Handler]:
     async def replica_info(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         name = req_str(cmd, "brokerName")
         return respond(cmd, await srv.executor.read(lambda: get_replica_info(srv.image, name)))

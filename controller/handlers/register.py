@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from brokerd.remoting.codes import RequestCode
 from brokerd.remoting.command import RemotingCommand
 from brokerd.remoting.connection import Connection, Handler
+from controller.context import HandlerContext
 from controller.handlers.wire import req_int, req_str, respond
 from controller.statemachine import decide_register as d
 
-if TYPE_CHECKING:
-    from controller.server import ControllerServer
 
-
-def handlers(srv: ControllerServer) -> dict[int, Handler]:
+def handlers(srv: HandlerContext) -> dict[int, Handler]:
     async def get_next_broker_id(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         cluster, name = req_str(cmd, "clusterName"), req_str(cmd, "brokerName")
         return respond(cmd, await srv.executor.read(lambda: d.get_next_broker_id(srv.image, cluster, name)))

@@ -6,8 +6,10 @@ Layout (pure modules first; only driver.py and transport.py touch asyncio):
 - log.py        RaftLog: in-memory log with compaction offset and stable/commit/apply marks
 - progress.py   per-follower replication state (probe / replicate / snapshot, in-flight window)
 - read_only.py  ReadIndex bookkeeping
+- core_config.py CoreConfig: tick-based core parameters (core.py re-exports it)
 - core.py       RaftCore (+ leader.py mixin): the pure etcd-style state machine
                 tick / step / propose / read_index / lease_read / ready / advance
+                (core imports leader, never the other way round)
 - storage.py    WAL record kinds, replay and recovery rules, disk-operation plans (pure)
 - waiters.py    proposal/read waiters keyed by index / ctx (pure; driver and simulator share it)
 - codec.py      length-prefixed msgpack frames for peer traffic

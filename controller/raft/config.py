@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from controller.raft.core import CoreConfig
+from controller.raft.core_config import CoreConfig
 from controller.raft.transport import split_addr
 
 

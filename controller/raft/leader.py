@@ -19,7 +19,7 @@ from controller.raft.read_only import ReadOnly
 from controller.raft.types import Message, MsgType, ReadState, Role
 
 if TYPE_CHECKING:
-    from controller.raft.core import CoreConfig
+    from controller.raft.core_config import CoreConfig
     from controller.raft.log import RaftLog
 
 

@@ -42,13 +42,13 @@ class _PeerConnection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's transports are not subclasses
-        self.owner._all.add(self)
+        self.owner.connection_opened(self)
         sock = self.transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if self.peer_id is not None:
             self.transport.write(encode_hello(self.owner.group, self.owner.self_id))
-            self.owner._register(self.peer_id, self)
+            self.owner.register_peer(self.peer_id, self)
 
     def data_received(self, data: bytes) -> None:
         try:
@@ -73,12 +73,12 @@ class _PeerConnection(asyncio.Protocol):
         if group != self.owner.group or peer not in self.owner.peers or not peer < self.owner.self_id:
             raise CodecError(f"unexpected hello from {peer!r} of group {group!r}")
         self.peer_id = peer
-        self.owner._register(peer, self)
+        self.owner.register_peer(peer, self)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.owner._all.discard(self)
+        self.owner.connection_closed(self)
         if self.peer_id is not None:
-            self.owner._unregister(self.peer_id, self)
+            self.owner.unregister_peer(self.peer_id, self)
         if not self.closed.done():
             self.closed.set_result(None)
 
@@ -151,14 +151,25 @@ class PeerTransport:
             if not self._closing:
                 await asyncio.sleep(backoff * self._rng.random())
 
-    def _register(self, peer: str, conn: _PeerConnection) -> None:
+    # -- called by the connections ------------------------------------------------------------------------
+
+    def connection_opened(self, conn: _PeerConnection) -> None:
+        """Track a connection (dialed or accepted, identified or not) so `stop()` can close it."""
+        self._all.add(conn)
+
+    def connection_closed(self, conn: _PeerConnection) -> None:
+        self._all.discard(conn)
+
+    def register_peer(self, peer: str, conn: _PeerConnection) -> None:
+        """`conn` now carries `peer`'s traffic; a previous connection to that peer is closed."""
         old = self._conns.get(peer)
         self._conns[peer] = conn
         if old is not None and old is not conn:
             old.close()
         self.log.info("peer_connected", peer=peer)
 
-    def _unregister(self, peer: str, conn: _PeerConnection) -> None:
+    def unregister_peer(self, peer: str, conn: _PeerConnection) -> None:
+        """`conn` closed: forget it unless a newer connection to `peer` already replaced it."""
         if self._conns.get(peer) is conn:
             del self._conns[peer]
             self.log.info("peer_disconnected", peer=peer)
