@@ -10,7 +10,7 @@ import argparse
 import asyncio
 import sys
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 from brokerd.remoting.client import RemotingClient
 from brokerd.remoting.codes import RequestCode
@@ -223,7 +223,13 @@ async def update_controller_config(args: argparse.Namespace) -> int:
     return await _with_client(args.controllerAddress, run)
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+class SubParsers(Protocol):
+    """What `register` needs of argparse's subparsers object (`ArgumentParser.add_subparsers()`)."""
+
+    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser: ...
+
+
+def register(sub: SubParsers) -> None:
     def add(name: str, help_: str, fn: Handler) -> argparse.ArgumentParser:
         p: argparse.ArgumentParser = sub.add_parser(name, help=help_, description=help_)
         p.set_defaults(handler=_guard(fn))
