@@ -257,6 +257,23 @@ class CommitLog:
             yield phys, f, pos, size
             phys += size
 
+    def read_range(self, offset: int, max_bytes: int) -> memoryview:
+        """Raw bytes from ``offset`` (no record boundaries implied): at most ``max_bytes``, never past the written
+        end of the segment holding ``offset``; empty at the log end. A zero-copy view of the segment's mapping:
+        the caller releases it before the segment may be closed (expiry, truncation, shutdown)."""
+        if not self.min_offset <= offset <= self.max_offset:
+            raise ValueError(f"read offset {offset} outside [{self.min_offset}, {self.max_offset}]")
+        if max_bytes < 0:
+            raise ValueError(f"max_bytes {max_bytes} < 0")
+        f = self.file_for(offset)
+        if f is None:
+            return memoryview(b"")
+        pos = offset - f.base
+        n = min(max_bytes, f.wrote - pos)
+        if n <= 0:
+            return memoryview(b"")
+        return memoryview(f.mm)[pos : pos + n]
+
     def read_raw(self, start: int, end: int) -> bytes:
         """Raw bytes [start, end) of one segment (no record boundaries implied)."""
         f = self.file_for(start)

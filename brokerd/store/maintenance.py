@@ -15,14 +15,11 @@ import os
 import shutil
 import struct
 import time
-from typing import TYPE_CHECKING
 
 from brokerd.message import MAGIC_BLANK, CorruptRecordError, verify_record
 from brokerd.store.flags import DISK_FULL
+from brokerd.store.protocols import MaintainedStore
 from brokerd.store.queue_store import parse_for_dispatch
-
-if TYPE_CHECKING:
-    from brokerd.store.message_store import MessageStore
 
 _SIZE_MAGIC = struct.Struct(">ii")
 
@@ -42,7 +39,7 @@ def disk_usage_ratio_of(path: os.PathLike[str] | str) -> float:
     return disk_usage_ratio(path)
 
 
-def _space_pressure(store: MessageStore) -> bool:
+def _space_pressure(store: MaintainedStore) -> bool:
     """Update the DISK_FULL flag from disk usage; True when space must be freed now (disk or quota)."""
     cfg = store.cfg
     try:
@@ -63,12 +60,12 @@ def _space_pressure(store: MessageStore) -> bool:
     return pressure
 
 
-def check_disk(store: MessageStore) -> None:
+def check_disk(store: MaintainedStore) -> None:
     """Set or clear DISK_FULL now (also done by every clean pass)."""
     _space_pressure(store)
 
 
-def clean_expired_files(store: MessageStore, *, force: bool, now_ms: int | None) -> int:
+def clean_expired_files(store: MaintainedStore, *, force: bool, now_ms: int | None) -> int:
     cfg = store.cfg
     now = now_ms if now_ms is not None else time.time_ns() // 1_000_000
     pressure = _space_pressure(store)
@@ -79,7 +76,7 @@ def clean_expired_files(store: MessageStore, *, force: bool, now_ms: int | None)
     log = store.commit_log
     victims = 0
     for f in log.files[:-1]:
-        if f.end > store.dispatched_offset or victims >= cfg.delete_file_batch_max:
+        if f.end > store.dispatcher.dispatched or victims >= cfg.delete_file_batch_max:
             break
         ref = f.last_store_ts or int(os.stat(f.path).st_mtime * 1000)
         if not pressure and now - ref < reserved_ms:
@@ -95,7 +92,7 @@ def clean_expired_files(store: MessageStore, *, force: bool, now_ms: int | None)
     return deleted
 
 
-def truncate_dirty_files(store: MessageStore, offset: int) -> None:
+def truncate_dirty_files(store: MaintainedStore, offset: int) -> None:
     """Cut the commit log, consume queues and positions back to ``offset`` (a record boundary)."""
     log = store.commit_log
     if not log.min_offset <= offset <= log.max_offset:
@@ -105,14 +102,15 @@ def truncate_dirty_files(store: MessageStore, offset: int) -> None:
     store.truncate_generation += 1
     log.truncate(offset)
     store.queue_store.truncate_by_phys(offset)
-    store._set_positions(dispatched=min(store.dispatched_offset, offset), valid_end=min(store.valid_end, offset),
-                         flushed=min(store.flushed_offset, offset), confirm_cap=offset)  # fmt: skip
-    store._rebuild_next_offsets()
+    d = store.dispatcher
+    d.set_positions(dispatched=min(d.dispatched, offset), valid_end=min(d.valid_end, offset),
+                    flushed=min(d.flushed, offset), confirm_cap=offset)  # fmt: skip
+    store.rebuild_next_offsets()
     store.checkpoint_now()
     store.log.info("commit_log_truncated", offset=offset)
 
 
-def _boundary(store: MessageStore, offset: int) -> bool:
+def _boundary(store: MaintainedStore, offset: int) -> bool:
     if store.commit_log.record_size_at(offset) > 0:
         return True
     f = store.commit_log.file_for(offset)
@@ -149,7 +147,7 @@ def validate_raw(buf: bytes, base_phys: int, segment_size: int) -> int:
     return base_phys + p
 
 
-def append_raw(store: MessageStore, offset: int, data: bytes | memoryview) -> int:
+def append_raw(store: MaintainedStore, offset: int, data: bytes | memoryview) -> int:
     """Append raw commit-log bytes (a replication chunk, may end mid-record) and dispatch complete records.
 
     ``offset`` must equal ``max_phy_offset``. Corrupt data raises ValueError and writes nothing.
@@ -160,7 +158,8 @@ def append_raw(store: MessageStore, offset: int, data: bytes | memoryview) -> in
         raise ValueError(f"raw append at {offset} but the log ends at {log.max_offset}")
     if not store.running_flags.writeable:
         raise RuntimeError(f"store not writeable: {store.running_flags!r} {store.last_error or ''}")
-    start = store.valid_end
+    d = store.dispatcher
+    start = d.valid_end
     prefix = log.read_raw(start, offset) if offset > start else b""
     new_end = validate_raw(prefix + bytes(data), start, log.segment_size)
     try:
@@ -172,11 +171,11 @@ def append_raw(store: MessageStore, offset: int, data: bytes | memoryview) -> in
         if size > 0:
             info = parse_for_dispatch(f.mm, pos, size)
             store.last_store_timestamp = max(store.last_store_timestamp, info.store_ts)
-            store._bump_next_offset(info.topic, info.queue_id, info.queue_offset, info.sys_flag)
-    store._set_positions(dispatched=store.dispatched_offset, valid_end=new_end, flushed=store.flushed_offset)
-    if not store.dispatch_behind_confirm:
-        store._reput(new_end)
+            d.bump_next_offset(info.topic, info.queue_id, info.queue_offset, info.sys_flag)
+    d.valid_end = new_end
+    if not d.behind_confirm:
+        d.reput(new_end)
     else:
-        store._reput(store.confirm_offset)
+        d.reput(d.confirm_offset)
     store.request_flush()
     return log.max_offset

@@ -1,13 +1,57 @@
-"""The message store: commit log + consume queues + key index, with flush, recovery and expiry.
+"""The message store: commit log + consume queues + key index, with flush, recovery, expiry and the hooks
+replication needs. This is the store's public API; the helpers it composes are ``dispatch.Dispatcher`` (queue
+offsets, dispatch, positions), ``services.StoreServices`` (flushes, checkpoint, clean) and ``maintenance``
+(expiry, truncation, raw appends), which see the store only through ``protocols``.
 
-API served to the broker (request processors):
-  put_message / put_messages  SEND_MESSAGE(_V2), SEND_BATCH_MESSAGE, send-back, schedule/transaction re-puts
-  get_message                 PULL_MESSAGE (status table and nextBeginOffset of spec §2.3)
-  max/min_offset_in_queue, offset_by_timestamp, earliest_message_time   GET_MAX/MIN_OFFSET, SEARCH_OFFSET..., 32
-  look_message_by_offset      VIEW_MESSAGE_BY_ID, CONSUMER_SEND_MSG_BACK
-  query_message               QUERY_MESSAGE
-  add_dispatch_listener       long-polling wake-ups
-  truncate_dirty_files / append_raw / set_confirm_offset   replication (slave side, controller mode)
+Lifecycle
+  MessageStore(cfg: StoreConfig, *, store_host: tuple[str, int])
+  async start() -> None                 lock the dir, recover (crash recovery when the abort file exists), start
+  async shutdown() -> None              flush, clean checkpoint, close; ``start()`` may be called again
+  recovery: RecoveryResult | None       what the last start found (abnormal, start, end, torn tail ...)
+  prepare_topic(topic, queue_nums) -> None
+  is_writeable() -> bool; running_flags: RunningFlags; last_error: str | None
+  io_failed(where, exc, *, bit=NOT_WRITEABLE) -> None
+
+Appends (queue offsets assigned in call order; SYNC_FLUSH waits for the flush unless WAIT=false)
+  async put_message(msg: MessageInner) -> PutMessageResult
+  put_message_deferred(msg) -> tuple[PutMessageResult, asyncio.Future[bool] | None]   flush future to await
+  put_message_nowait(msg) -> PutMessageResult | None       None: must use ``put_message``; can_put_nowait: bool
+  async put_messages(msgs: list[MessageInner]) -> PutMessageResult                    a batch, one flush wait
+  append_raw(offset: int, data: bytes | memoryview) -> int  replicated log bytes at ``offset == max_phy_offset``
+                                                            (may end mid-record); returns the new max offset
+
+Reads
+  get_message(topic, queue_id, offset, max_msg_nums, max_msg_bytes=262144, tag_filter=None, record_filter=None)
+      -> GetMessageResult                                                              PULL_MESSAGE
+  read_range(offset: int, max_bytes: int) -> memoryview     raw log bytes from ``offset``, within one segment
+  look_message_by_offset(phys) / look_message_by_offset_and_size(phys, size) -> bytes | None
+  query_message(topic, key, max_num, begin_ts, end_ts) -> QueryMessageResult         key index
+  max_offset_in_queue / min_offset_in_queue(topic, queue_id) -> int
+  offset_by_timestamp(topic, queue_id, timestamp_ms, boundary="LOWER") -> int
+  message_store_timestamp(topic, queue_id, offset) -> int; earliest_message_time(topic, queue_id) -> int
+  topics() -> list[str]; queue_ids(topic) -> list[int]
+
+Positions (physical commit-log offsets)
+  min_phy_offset, max_phy_offset, flushed_offset, dispatched_offset, valid_end: int (properties)
+  confirm_offset: int (property); set_confirm_offset(offset: int) -> None
+  dispatch_behind_confirm: bool; set_dispatch_behind_confirm(flag: bool) -> None   hold dispatch at confirm
+  add_dispatch_listener(cb: DispatchListener) -> None; flush_count: int; request_flush() -> None
+
+Replication / truncation / epochs
+  truncate_dirty_files(offset: int) -> None       cut log, queues, positions (and epochs) back to a boundary
+  epochs: EpochFile                               the epoch history (see epoch.py), loaded by ``start()``
+  append_epoch(epoch: int, start_offset: int) -> bool;  epoch_entries() -> list[EpochEntry]
+  find_consistent_point(other: list[EpochEntry], other_max_offset: int) -> int        -1: none
+  checkpoint_now() -> None; truncate_generation: int
+
+Maintenance
+  clean_expired_files(force=False, *, now_ms=None) -> int; delete_topic(topic) -> int
+  set_quota_checker(cb: QuotaChecker | None) -> None; logical_usage_bytes() -> int
+
+The C send lane (processors/send_lane.py)
+  services: StoreServices | None; lane_open: bool; lane_binding() -> LaneBinding; layout_generation: int
+  lane_appended(f, end, store_ts, dispatched_end) -> None; notify_dispatched(topic, queue_id, qoff, tags) -> None
+  commit_log: CommitLog; queue_store: ConsumeQueueStore; index: IndexService | None; dispatcher: Dispatcher
 
 Concurrency contract: call everything from the event loop thread that ran ``start()``. Appends are
 synchronous (queue offsets are assigned in call order); only flush waits suspend.
@@ -28,29 +72,26 @@ import structlog
 from brokerd.message import (
     END_FILE_MIN_BLANK_LENGTH,
     MAX_PROPERTIES_SIZE,
-    SCHEDULE_TOPIC,
-    TAGS,
     TRANSACTION_PREPARED_TYPE,
-    TRANSACTION_ROLLBACK_TYPE,
     WAIT,
     MessageInner,
     encode_properties,
     ipv4_bytes,
-    message_keys,
     record_size,
-    tags_code_of,
 )
 from brokerd.store import maintenance, reader
 from brokerd.store.allocate import Allocator
 from brokerd.store.checkpoint import Checkpoint, load_checkpoint
 from brokerd.store.commit_log import CommitLog, CreateFileError, RecordTooLarge
 from brokerd.store.config import StoreConfig
+from brokerd.store.dispatch import Dispatcher, DispatchListener
 from brokerd.store.epoch import FILE_NAME as EPOCH_FILE_NAME
-from brokerd.store.epoch import EpochFile
+from brokerd.store.epoch import EpochEntry, EpochFile
 from brokerd.store.flags import NOT_WRITEABLE, WRITE_BLOCKERS, WRITE_LOGICS_QUEUE_ERROR, RunningFlags
 from brokerd.store.index import IndexService
 from brokerd.store.mapped_file import MappedFile
-from brokerd.store.queue_store import ConsumeQueueStore, compute_tags_code, parse_for_dispatch
+from brokerd.store.protocols import QuotaChecker
+from brokerd.store.queue_store import ConsumeQueueStore
 from brokerd.store.recovery import RecoveryResult, recover_commit_log
 from brokerd.store.results import (
     GetMessageResult,
@@ -66,12 +107,10 @@ __all__ = [
     "QueryMessageResult", "DispatchListener", "QuotaChecker",
 ]  # fmt: skip
 
-DispatchListener = Callable[[str, int, int, int], None]
-QuotaChecker = Callable[[int], bool]
-_SKIP_CQ = (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE)
-
 
 class LaneBinding(NamedTuple):
+    """What ``lane_binding`` hands the C send lane: containers it updates in place, and constants."""
+
     next_queue_offsets: dict[tuple[str, int], int]
     listeners: list[DispatchListener]
     index_put: Callable[[str, list[str], int, int], None] | None
@@ -84,6 +123,9 @@ class MessageStore:
         self.cfg = cfg
         self.store_host = store_host
         self.root = Path(cfg.store_path_root_dir)
+        self.log = structlog.get_logger().bind(component="store", store_host=f"{store_host[0]}:{store_host[1]}")
+        self.dispatcher = Dispatcher(sync_flush=cfg.sync_flush, behind_confirm=cfg.dispatch_behind_confirm,
+                                     delay_levels=cfg.delay_levels_ms, io_failed=self.io_failed, log=self.log)  # fmt: skip
         self._init_components()
         self.checkpoint_path = self.root / "checkpoint"
         self.abort_path = self.root / "abort"
@@ -93,22 +135,13 @@ class MessageStore:
         self.recovery: RecoveryResult | None = None
         self.truncate_generation = 0
         self.last_store_timestamp = 0
-        self._next_qoff: dict[tuple[str, int], int] = {}
-        self._dispatched = 0
-        self._valid_end = 0
-        self._flushed = 0
-        self._confirm_override: int | None = None
-        self._behind_confirm = cfg.dispatch_behind_confirm
-        self._listeners: list[DispatchListener] = []
         self._quota_checker: QuotaChecker | None = None
-        self._delay_levels = cfg.delay_levels_ms
         self._id_prefix = ipv4_bytes(store_host[0]).hex().upper() + f"{store_host[1] & 0xFFFFFFFF:08X}"
         self._sync_flush = cfg.sync_flush
         self._services: StoreServices | None = None
         self._lock_fd: int | None = None
         self._good_topics: set[str] = set()
         self._max_body = cfg.max_message_size
-        self.log = structlog.get_logger().bind(component="store", store_host=f"{store_host[0]}:{store_host[1]}")
 
     # ================================================================ lifecycle
 
@@ -124,6 +157,7 @@ class MessageStore:
         self.index: IndexService | None = None
         if cfg.message_index_enable:
             self.index = IndexService(self.root / "index", cfg.max_hash_slot_num, cfg.max_index_num, self.allocator)
+        self.dispatcher.attach(self.commit_log, self.queue_store, self.index)
 
     async def start(self) -> None:
         """Lock the store dir, recover (crash recovery when the abort file is present), start services."""
@@ -168,16 +202,17 @@ class MessageStore:
         self.queue_store.recover(res.start)
         if self.index is not None:
             self.index.load()
-        self._dispatched = res.start
-        self._valid_end = res.end
+        d = self.dispatcher
+        d.dispatched = res.start
+        d.valid_end = res.end
         limit = res.end
-        if self._behind_confirm and cp is not None:
+        if d.behind_confirm and cp is not None:
             limit = min(res.end, max(cp.logics_offset, res.start))
-        self._reput(limit)
-        self._rebuild_next_offsets()
+        d.reput(limit)
+        self.rebuild_next_offsets()
         self.queue_store.correct_min(self.commit_log.min_offset)
         self.commit_log.sync_range(self.commit_log.files_between(res.start, res.end))
-        self._flushed = res.end
+        d.flushed = res.end
         self.commit_log.start_warming()
         self.log.info("store_recovered", abnormal=abnormal, start=res.start, end=res.end,
                       deleted_segments=res.deleted_segments, torn_tail=res.torn_tail, queues=len(self.queue_store.queues),
@@ -198,7 +233,7 @@ class MessageStore:
             self.abort_path.unlink(missing_ok=True)
         self._release_lock()
         self._init_components()  # a later start() loads everything again
-        self.log.info("store_shutdown", max_phy_offset=self.max_phy_offset, flushed=self._flushed)
+        self.log.info("store_shutdown", max_phy_offset=self.max_phy_offset, flushed=self.dispatcher.flushed)
 
     def prepare_topic(self, topic: str, queue_nums: int) -> None:
         """A topic was created or changed: have the files its first writes need (its queues' first files, the
@@ -232,7 +267,7 @@ class MessageStore:
             return res, None
         services = self._services
         end = res.wrote_offset + res.wrote_bytes
-        if services is None or end <= self._flushed:
+        if services is None or end <= self.dispatcher.flushed:
             return res, None
         if msg.properties.get(WAIT) == "false":
             services.wakeup()
@@ -287,7 +322,7 @@ class MessageStore:
             res.status = PutStatus.FLUSH_DISK_TIMEOUT
         elif not wait:
             services.wakeup()
-        elif end > self._flushed and not await services.wait_flushed(end):
+        elif end > self.dispatcher.flushed and not await services.wait_flushed(end):
             res.status = PutStatus.FLUSH_DISK_TIMEOUT
 
     def _put_one(self, msg: MessageInner) -> PutMessageResult:
@@ -317,9 +352,11 @@ class MessageStore:
 
     def _append(self, msg: MessageInner, props: bytes, ts: int) -> PutMessageResult:
         """Append + (inline) dispatch of one validated message. The hot path: keep it lean."""
+        d = self.dispatcher
         key = (msg.topic, msg.queue_id)
         dispatchable = not msg.sys_flag & TRANSACTION_PREPARED_TYPE  # prepared (0x4) and rollback (0xC)
-        qoff = self._next_qoff.get(key, 0) if dispatchable else 0
+        next_qoff = d.next_queue_offsets
+        qoff = next_qoff.get(key, 0) if dispatchable else 0
         try:
             phys, size = self.commit_log.append(msg, props, qoff, ts)
         except RecordTooLarge:
@@ -332,107 +369,27 @@ class MessageStore:
             return PutMessageResult(PutStatus.SERVICE_NOT_AVAILABLE)
         self.last_store_timestamp = ts
         if dispatchable:
-            self._next_qoff[key] = qoff + 1
-        self._valid_end = phys + size
-        if self._behind_confirm:
-            self._reput(self.confirm_offset)
+            next_qoff[key] = qoff + 1
+        d.valid_end = phys + size
+        if d.behind_confirm:
+            d.reput(d.confirm_offset)
         elif not self.running_flags.bits & WRITE_LOGICS_QUEUE_ERROR:  # after a failed dispatch, recovery redoes it
-            self._dispatch_inline(msg, key, phys, size, qoff, ts, dispatchable)
+            d.dispatch_inline(msg, key, phys, size, qoff, ts, dispatchable)
         return PutMessageResult(PutStatus.PUT_OK, phys, size, f"{self._id_prefix}{phys:016X}", qoff, ts, 1)
 
-    def _dispatch_inline(self, msg: MessageInner, key: tuple[str, int], phys: int, size: int, qoff: int, ts: int,
-                         to_cq: bool) -> None:  # fmt: skip
-        tags = msg.tags_code
-        props = msg.properties
-        try:
-            if to_cq:
-                if key[0] == SCHEDULE_TOPIC:
-                    tags = compute_tags_code(key[0], props, ts, self._delay_levels)
-                elif not tags and TAGS in props:
-                    tags = tags_code_of(props[TAGS])
-                cq = self.queue_store.queues.get(key) or self.queue_store.get_or_create(key[0], key[1])
-                cq.put(qoff, phys, size, tags)
-            index = self.index
-            if index is not None and (msg.sys_flag & 0xC) != TRANSACTION_ROLLBACK_TYPE:
-                keys = message_keys(props)
-                if keys:
-                    index.put_keys(key[0], keys, phys, ts)
-        except (OSError, ValueError) as exc:
-            self.io_failed("dispatch", exc, bit=WRITE_LOGICS_QUEUE_ERROR)
-            return
-        self._dispatched = phys + size
-        if to_cq and self._listeners:
-            for cb in self._listeners:
-                try:
-                    cb(key[0], key[1], qoff, tags)
-                except Exception:  # noqa: BLE001 - a broken listener must not fail the put
-                    self.log.exception("dispatch_listener_failed", topic=key[0], queue_id=key[1])
-
-    def _notify(self, cb: DispatchListener, topic: str, qid: int, qoff: int, tags: int) -> None:
-        try:
-            cb(topic, qid, qoff, tags)
-        except Exception:  # noqa: BLE001 - a broken listener must not fail the put
-            self.log.exception("dispatch_listener_failed", topic=topic, queue_id=qid)
-
-    # ================================================================ dispatch from the log
-
-    def _reput(self, limit: int) -> None:
-        """Dispatch complete records in [dispatched, min(limit, valid end))."""
-        limit = min(limit, self._valid_end)
-        phys = self._dispatched
-        if phys >= limit:
-            return
-        for rec_phys, f, pos, size in self.commit_log.walk(phys, limit):
-            if size < 0:
-                self._dispatched = f.end
-                continue
-            try:
-                info = parse_for_dispatch(f.mm, pos, size)
-                self._dispatch_parsed(info.topic, info.queue_id, info.queue_offset, info.sys_flag, info.store_ts,
-                                      info.properties, rec_phys, size)  # fmt: skip
-            except (OSError, ValueError) as exc:
-                self.io_failed("reput", exc, bit=WRITE_LOGICS_QUEUE_ERROR)
-                return
-            self._dispatched = rec_phys + size
-
-    def _dispatch_parsed(self, topic: str, qid: int, qoff: int, sysflag: int, ts: int, props: dict[str, str],
-                         phys: int, size: int) -> None:  # fmt: skip
-        tx = sysflag & 0xC
-        if tx not in _SKIP_CQ:
-            tags = compute_tags_code(topic, props, ts, self._delay_levels)
-            self.queue_store.get_or_create(topic, qid).put(qoff, phys, size, tags)
-            key = (topic, qid)
-            if self._next_qoff.get(key, 0) <= qoff:
-                self._next_qoff[key] = qoff + 1
-            for cb in self._listeners:
-                self._notify(cb, topic, qid, qoff, tags)
-        if self.index is not None and tx != TRANSACTION_ROLLBACK_TYPE:
-            keys = message_keys(props)
-            if keys:
-                self.index.put_keys(topic, keys, phys, ts)
-
-    def _rebuild_next_offsets(self) -> None:
-        """Next queue offsets = consume-queue ends, raised by records not dispatched yet."""
-        self._next_qoff = {k: cq.max_offset for k, cq in self.queue_store.queues.items()}
+    def rebuild_next_offsets(self) -> None:
+        """Recompute every next queue offset from the consume queues and the undispatched log (after recovery or
+        truncation); the send lane rebinds (new layout generation)."""
+        self.dispatcher.rebuild_next_offsets()
         self.layout_generation += 1
-        for _phys, f, pos, size in self.commit_log.walk(self._dispatched, self._valid_end):
-            if size > 0:
-                info = parse_for_dispatch(f.mm, pos, size)
-                self._bump_next_offset(info.topic, info.queue_id, info.queue_offset, info.sys_flag)
-
-    def _bump_next_offset(self, topic: str, qid: int, qoff: int, sysflag: int) -> None:
-        if (sysflag & 0xC) not in _SKIP_CQ and self._next_qoff.get((topic, qid), 0) <= qoff:
-            self._next_qoff[(topic, qid)] = qoff + 1
 
     # ================================================================ flush callbacks / errors
 
     def on_flushed(self, target: int, generation: int) -> None:
+        """The flush service made the log durable up to ``target`` (ignored when a truncation came between)."""
         if generation != self.truncate_generation:
             return
-        if target > self._flushed:
-            self._flushed = min(target, self.commit_log.max_offset)
-        if self._behind_confirm and self._sync_flush and self._confirm_override is None:
-            self._reput(self._flushed)
+        self.dispatcher.flushed_to(target)
 
     def io_failed(self, where: str, exc: BaseException, *, bit: int = NOT_WRITEABLE) -> None:
         """An I/O error makes the store not writeable (exposed via running_flags / last_error)."""
@@ -473,6 +430,13 @@ class MessageStore:
             return -1
         return reader.store_time_at(self.commit_log, cq, cq.min_offset)
 
+    def read_range(self, offset: int, max_bytes: int) -> memoryview:
+        """Raw commit-log bytes from ``offset`` (replication): at most ``max_bytes``, never past the segment holding
+        ``offset`` nor past the written end (call again from ``offset + len(view)`` for more). A zero-copy view of
+        the mapping: release it (``with`` / ``.release()``) before the loop runs anything that may close segments
+        (expiry, truncation, shutdown), or copy it with ``bytes()``. ValueError outside [min, max] offset."""
+        return self.commit_log.read_range(offset, max_bytes)
+
     def look_message_by_offset(self, phys_offset: int) -> bytes | None:
         size = self.commit_log.record_size_at(phys_offset)
         return self.commit_log.read(phys_offset, size) if size > 0 else None
@@ -503,7 +467,7 @@ class MessageStore:
 
     @property
     def flushed_offset(self) -> int:
-        return self._flushed
+        return self.dispatcher.flushed
 
     @property
     def flush_count(self) -> int:
@@ -512,31 +476,32 @@ class MessageStore:
 
     @property
     def dispatched_offset(self) -> int:
-        return self._dispatched
+        """Records below it are in the consume queues and the index."""
+        return self.dispatcher.dispatched
+
+    @property
+    def valid_end(self) -> int:
+        """End of the complete records (a raw replicated append may leave a partial record after it)."""
+        return self.dispatcher.valid_end
 
     @property
     def confirm_offset(self) -> int:
         """Replicated/committed position; without replication: flushed (SYNC_FLUSH) or max offset (ASYNC)."""
-        if self._confirm_override is not None:
-            return min(self._confirm_override, self.commit_log.max_offset)
-        return self._flushed if self._sync_flush else self.commit_log.max_offset
+        return self.dispatcher.confirm_offset
 
     def set_confirm_offset(self, offset: int) -> None:
-        self._confirm_override = offset
-        if self._behind_confirm:
-            self._reput(self.confirm_offset)
+        self.dispatcher.set_confirm_offset(offset)
 
     @property
     def dispatch_behind_confirm(self) -> bool:
-        return self._behind_confirm
+        return self.dispatcher.behind_confirm
 
     def set_dispatch_behind_confirm(self, flag: bool) -> None:
         """When set, consume queues/index are only dispatched up to ``confirm_offset``."""
-        self._behind_confirm = flag
-        self._reput(self.confirm_offset if flag else self.commit_log.max_offset)
+        self.dispatcher.set_behind_confirm(flag)
 
     def add_dispatch_listener(self, cb: DispatchListener) -> None:
-        self._listeners.append(cb)
+        self.dispatcher.listeners.append(cb)
 
     # ================================================================ the C send lane (processors/send_lane.py)
 
@@ -548,33 +513,33 @@ class MessageStore:
     @property
     def lane_open(self) -> bool:
         """A put now would be appended and dispatched at once (no error flag, no confirm-offset hold)."""
-        return self.is_writeable() and not self._behind_confirm
+        return self.is_writeable() and not self.dispatcher.behind_confirm
 
     def lane_binding(self) -> LaneBinding:
         """The state the lane updates in place: next queue offsets, dispatch listeners, the key-index put."""
-        index = self.index
-        return LaneBinding(self._next_qoff, self._listeners, index.put_keys if index is not None else None,
+        index, d = self.index, self.dispatcher
+        return LaneBinding(d.next_queue_offsets, d.listeners, index.put_keys if index is not None else None,
                            self._id_prefix, self._sync_flush)  # fmt: skip
 
     def lane_appended(self, f: MappedFile, end: int, store_ts: int, dispatched_end: int) -> None:
         """The lane appended records to the active segment ``f`` up to ``end`` and dispatched them up to
         ``dispatched_end`` (-1: none): the positions ``_append`` keeps, then the segment's housekeeping."""
         self.last_store_timestamp = store_ts
-        self._valid_end = f.base + end
+        d = self.dispatcher
+        d.valid_end = f.base + end
         if dispatched_end >= 0:
-            self._dispatched = dispatched_end
+            d.dispatched = dispatched_end
         self.commit_log.appended(f, end, store_ts)
 
     def notify_dispatched(self, topic: str, queue_id: int, queue_offset: int, tags: int) -> None:
-        for cb in self._listeners:
-            self._notify(cb, topic, queue_id, queue_offset, tags)
+        """Tell the dispatch listeners about entries the lane wrote (a failing listener is logged)."""
+        self.dispatcher.notify(topic, queue_id, queue_offset, tags)
 
     # ================================================================ maintenance (see maintenance.py)
 
     def delete_topic(self, topic: str) -> int:
         self.layout_generation += 1  # its consume queues are destroyed: the send lane must not keep them
-        for key in [k for k in self._next_qoff if k[0] == topic]:
-            del self._next_qoff[key]
+        self.dispatcher.forget_topic(topic)
         return self.queue_store.delete_topic(topic)
 
     def clean_expired_files(self, force: bool = False, *, now_ms: int | None = None) -> int:
@@ -594,29 +559,34 @@ class MessageStore:
         return self.commit_log.total_size() + self.queue_store.total_size() + idx
 
     def truncate_dirty_files(self, offset: int) -> None:
+        """Cut the commit log, consume queues, positions and epochs back to ``offset`` (a record boundary in
+        [min_phy_offset, max_phy_offset]; ValueError otherwise)."""
         maintenance.truncate_dirty_files(self, offset)
         self.epochs.truncate_suffix_by_offset(offset)
 
     def append_raw(self, offset: int, data: bytes | memoryview) -> int:
+        """Append replicated log bytes at ``offset`` (== max_phy_offset; may end mid-record), dispatch the complete
+        records and return the new max offset. Corrupt data raises ValueError and writes nothing."""
         return maintenance.append_raw(self, offset, data)
+
+    def append_epoch(self, epoch: int, start_offset: int) -> bool:
+        """Record that ``epoch`` starts writing at ``start_offset`` (persisted); False when not after the last."""
+        return self.epochs.append(epoch, start_offset)
+
+    def epoch_entries(self) -> list[EpochEntry]:
+        return self.epochs.entries()
+
+    def find_consistent_point(self, other: list[EpochEntry], other_max_offset: int) -> int:
+        """Where this log and another broker's (its epochs and max offset) last agree; -1 when nowhere."""
+        return self.epochs.find_consistent_point(other, self.max_phy_offset, other_max_offset)
 
     def checkpoint_now(self) -> None:
         """Write the checkpoint synchronously (after truncation)."""
-        cp = Checkpoint(self._flushed, self._dispatched, self.last_store_timestamp, False)
+        d = self.dispatcher
+        cp = Checkpoint(d.flushed, d.dispatched, self.last_store_timestamp, False)
         if self._services is not None:
             self._services.save_checkpoint_now(cp)
 
     def request_flush(self) -> None:
         if self._services is not None:
             self._services.wakeup()
-
-    # internal state shared with maintenance.py
-    def _set_positions(self, *, dispatched: int, valid_end: int, flushed: int, confirm_cap: int | None = None) -> None:
-        self._dispatched, self._valid_end, self._flushed = dispatched, valid_end, flushed
-        if self._confirm_override is not None and confirm_cap is not None:
-            self._confirm_override = min(self._confirm_override, confirm_cap)
-
-    @property
-    def valid_end(self) -> int:
-        return self._valid_end
-

@@ -15,16 +15,13 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING
 
 import structlog
 
 from brokerd.store.checkpoint import Checkpoint, save_checkpoint
 from brokerd.store.flags import WRITE_LOGICS_QUEUE_ERROR
 from brokerd.store.mapped_file import sync_all
-
-if TYPE_CHECKING:
-    from brokerd.store.message_store import MessageStore
+from brokerd.store.protocols import ServicedStore
 
 log = structlog.get_logger(component="store.services")
 
@@ -43,7 +40,7 @@ CHECKPOINT_INTERVAL_S = 60.0
 
 
 class StoreServices:
-    def __init__(self, store: MessageStore) -> None:
+    def __init__(self, store: ServicedStore) -> None:
         self._store = store
         self._cfg = store.cfg
         self._waiters: deque[tuple[int, asyncio.Future[bool], float]] = deque()

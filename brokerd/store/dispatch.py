@@ -1,0 +1,205 @@
+"""Dispatch: from stored records to consume queues, the key index and dispatch listeners; and the store's positions.
+
+``Dispatcher`` owns
+  * the next queue offset of every (topic, queue id) — ``next_queue_offsets``, updated in place by the store's
+    append and by the C send lane (which holds the same dict);
+  * the dispatch listeners (``listeners``, long-polling wake-ups; the send lane holds the same list);
+  * the positions of the commit log, all physical offsets:
+      ``dispatched``        records below it are in the consume queues / index
+      ``valid_end``         end of the complete records (the log may hold a partial replicated record after it)
+      ``flushed``           durable end (set by the flush service through the store)
+      ``confirm_offset``    replicated/committed end (``set_confirm_offset``; without one: flushed with SYNC_FLUSH,
+                            else the max offset)
+  * dispatch itself: ``dispatch_inline`` for a record the store just appended (the hot path), ``reput`` for
+    records read back from the log (recovery, replication, the confirm-offset hold).
+
+The store owns one ``Dispatcher`` for its life (listeners and the confirm override survive a restart); ``attach``
+points it at the components of each start. Single writer: the store's event loop thread (or its recovery thread
+before services start).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Final, Protocol
+
+from brokerd.message import (
+    SCHEDULE_TOPIC,
+    TAGS,
+    TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    MessageInner,
+    message_keys,
+    tags_code_of,
+)
+from brokerd.store.commit_log import CommitLog
+from brokerd.store.flags import WRITE_LOGICS_QUEUE_ERROR
+from brokerd.store.index import IndexService
+from brokerd.store.queue_store import ConsumeQueueStore, compute_tags_code, parse_for_dispatch
+
+DispatchListener = Callable[[str, int, int, int], None]
+"""``cb(topic, queue_id, queue_offset, tags_code)``: a consume-queue entry was written."""
+
+SKIP_CQ: Final = (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE)
+"""Transaction types (sys_flag & 0xC) that get no consume-queue entry."""
+
+
+class IoFailed(Protocol):
+    """The store's error sink: sets ``bit`` in its running flags and records the error."""
+
+    def __call__(self, where: str, exc: BaseException, *, bit: int = ...) -> None: ...
+
+
+class Dispatcher:
+    commit_log: CommitLog  # set by attach()
+    queue_store: ConsumeQueueStore
+    index: IndexService | None
+
+    def __init__(self, *, sync_flush: bool, behind_confirm: bool, delay_levels: list[int], io_failed: IoFailed,
+                 log: Any) -> None:  # fmt: skip
+        self.next_queue_offsets: dict[tuple[str, int], int] = {}
+        self.listeners: list[DispatchListener] = []
+        self.dispatched = 0
+        self.valid_end = 0
+        self.flushed = 0
+        self.confirm_override: int | None = None
+        self.behind_confirm = behind_confirm
+        self.sync_flush = sync_flush
+        self._delay_levels = delay_levels
+        self._io_failed = io_failed
+        self._log = log
+
+    def attach(self, commit_log: CommitLog, queue_store: ConsumeQueueStore, index: IndexService | None) -> None:
+        """Dispatch into these components from now on (the store re-creates them for each start)."""
+        self.commit_log, self.queue_store, self.index = commit_log, queue_store, index
+
+    # ------------------------------------------------------------ positions
+
+    @property
+    def confirm_offset(self) -> int:
+        """Replicated/committed position; without replication: flushed (SYNC_FLUSH) or max offset (ASYNC)."""
+        if self.confirm_override is not None:
+            return min(self.confirm_override, self.commit_log.max_offset)
+        return self.flushed if self.sync_flush else self.commit_log.max_offset
+
+    def set_confirm_offset(self, offset: int) -> None:
+        """Override the confirm offset (replication); with the hold on, dispatch up to it."""
+        self.confirm_override = offset
+        if self.behind_confirm:
+            self.reput(self.confirm_offset)
+
+    def set_behind_confirm(self, flag: bool) -> None:
+        """When set, consume queues/index are only dispatched up to ``confirm_offset``."""
+        self.behind_confirm = flag
+        self.reput(self.confirm_offset if flag else self.commit_log.max_offset)
+
+    def set_positions(self, *, dispatched: int, valid_end: int, flushed: int, confirm_cap: int | None = None) -> None:
+        """Set the positions at once (truncation); ``confirm_cap`` lowers a confirm override above it."""
+        self.dispatched, self.valid_end, self.flushed = dispatched, valid_end, flushed
+        if self.confirm_override is not None and confirm_cap is not None:
+            self.confirm_override = min(self.confirm_override, confirm_cap)
+
+    def flushed_to(self, target: int) -> None:
+        """The flush service made the log durable up to ``target``; with the confirm hold under SYNC_FLUSH and no
+        override, dispatch up to the new flushed position."""
+        if target > self.flushed:
+            self.flushed = min(target, self.commit_log.max_offset)
+        if self.behind_confirm and self.sync_flush and self.confirm_override is None:
+            self.reput(self.flushed)
+
+    # ------------------------------------------------------------ dispatch of an appended record (hot path)
+
+    def dispatch_inline(self, msg: MessageInner, key: tuple[str, int], phys: int, size: int, qoff: int, ts: int,
+                        to_cq: bool) -> None:  # fmt: skip
+        """Dispatch the record the store just appended for ``msg`` at ``phys``; an I/O error sets the store's
+        WRITE_LOGICS_QUEUE_ERROR flag (recovery redoes the dispatch)."""
+        tags = msg.tags_code
+        props = msg.properties
+        try:
+            if to_cq:
+                if key[0] == SCHEDULE_TOPIC:
+                    tags = compute_tags_code(key[0], props, ts, self._delay_levels)
+                elif not tags and TAGS in props:
+                    tags = tags_code_of(props[TAGS])
+                cq = self.queue_store.queues.get(key) or self.queue_store.get_or_create(key[0], key[1])
+                cq.put(qoff, phys, size, tags)
+            index = self.index
+            if index is not None and (msg.sys_flag & 0xC) != TRANSACTION_ROLLBACK_TYPE:
+                keys = message_keys(props)
+                if keys:
+                    index.put_keys(key[0], keys, phys, ts)
+        except (OSError, ValueError) as exc:
+            self._io_failed("dispatch", exc, bit=WRITE_LOGICS_QUEUE_ERROR)
+            return
+        self.dispatched = phys + size
+        if to_cq and self.listeners:
+            for cb in self.listeners:
+                try:
+                    cb(key[0], key[1], qoff, tags)
+                except Exception:  # noqa: BLE001 - a broken listener must not fail the put
+                    self._log.exception("dispatch_listener_failed", topic=key[0], queue_id=key[1])
+
+    def notify(self, topic: str, queue_id: int, queue_offset: int, tags: int) -> None:
+        """Tell every listener a consume-queue entry landed (a failing listener is logged, not raised)."""
+        for cb in self.listeners:
+            try:
+                cb(topic, queue_id, queue_offset, tags)
+            except Exception:  # noqa: BLE001 - a broken listener must not fail the put
+                self._log.exception("dispatch_listener_failed", topic=topic, queue_id=queue_id)
+
+    # ------------------------------------------------------------ dispatch from the log
+
+    def reput(self, limit: int) -> None:
+        """Dispatch complete records in [dispatched, min(limit, valid end))."""
+        limit = min(limit, self.valid_end)
+        phys = self.dispatched
+        if phys >= limit:
+            return
+        for rec_phys, f, pos, size in self.commit_log.walk(phys, limit):
+            if size < 0:
+                self.dispatched = f.end
+                continue
+            try:
+                info = parse_for_dispatch(f.mm, pos, size)
+                self._dispatch_parsed(info.topic, info.queue_id, info.queue_offset, info.sys_flag, info.store_ts,
+                                      info.properties, rec_phys, size)  # fmt: skip
+            except (OSError, ValueError) as exc:
+                self._io_failed("reput", exc, bit=WRITE_LOGICS_QUEUE_ERROR)
+                return
+            self.dispatched = rec_phys + size
+
+    def _dispatch_parsed(self, topic: str, qid: int, qoff: int, sysflag: int, ts: int, props: dict[str, str],
+                         phys: int, size: int) -> None:  # fmt: skip
+        tx = sysflag & 0xC
+        if tx not in SKIP_CQ:
+            tags = compute_tags_code(topic, props, ts, self._delay_levels)
+            self.queue_store.get_or_create(topic, qid).put(qoff, phys, size, tags)
+            key = (topic, qid)
+            if self.next_queue_offsets.get(key, 0) <= qoff:
+                self.next_queue_offsets[key] = qoff + 1
+            self.notify(topic, qid, qoff, tags)
+        if self.index is not None and tx != TRANSACTION_ROLLBACK_TYPE:
+            keys = message_keys(props)
+            if keys:
+                self.index.put_keys(topic, keys, phys, ts)
+
+    # ------------------------------------------------------------ next queue offsets
+
+    def rebuild_next_offsets(self) -> None:
+        """Next queue offsets = consume-queue ends, raised by records not dispatched yet. Replaces the dict:
+        the store bumps its layout generation so the send lane rebinds."""
+        self.next_queue_offsets = {k: cq.max_offset for k, cq in self.queue_store.queues.items()}
+        for _phys, f, pos, size in self.commit_log.walk(self.dispatched, self.valid_end):
+            if size > 0:
+                info = parse_for_dispatch(f.mm, pos, size)
+                self.bump_next_offset(info.topic, info.queue_id, info.queue_offset, info.sys_flag)
+
+    def bump_next_offset(self, topic: str, qid: int, qoff: int, sysflag: int) -> None:
+        """A record at queue offset ``qoff`` exists (not dispatched yet): the next offset is past it."""
+        if (sysflag & 0xC) not in SKIP_CQ and self.next_queue_offsets.get((topic, qid), 0) <= qoff:
+            self.next_queue_offsets[(topic, qid)] = qoff + 1
+
+    def forget_topic(self, topic: str) -> None:
+        """Drop the next queue offsets of a deleted topic."""
+        for key in [k for k in self.next_queue_offsets if k[0] == topic]:
+            del self.next_queue_offsets[key]
