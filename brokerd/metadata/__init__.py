@@ -1,8 +1,10 @@
 """Broker metadata: topic configs, subscription groups, consumer and delay offsets, and the change hook.
 
-Every mutation of any table goes through one `MetadataHub` per broker (see `hook.py`), which is where the
-name-server re-registration and the master -> slave delta replication attach. `BrokerMetadata` bundles the
-hub and the four managers and implements snapshot / replay for slaves.
+The four managers share one generic base (`manager.py`: `ConfigManager`, which owns load / persist /
+DataVersion / JSON encode-decode); every mutation of any table passes its `_commit` and is emitted through
+one `MetadataHub` per broker (see `hook.py`), which is where the name-server re-registration and the
+master -> slave delta replication attach. `BrokerMetadata` bundles the hub and the four managers and
+implements snapshot / replay for slaves.
 """
 
 from .broker_metadata import SNAPSHOT_FORMAT, BrokerMetadata, MetadataSyncGap

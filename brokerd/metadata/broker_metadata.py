@@ -22,7 +22,7 @@ Not thread-safe: event loop thread only (snapshot encoding is synchronous and co
 from __future__ import annotations
 
 import os
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 import msgpack
 import structlog
@@ -35,6 +35,7 @@ from .hook import (
     MetadataChange,
     MetadataHub,
 )
+from .manager import ConfigManager
 from .offsets import ConsumerOffsetManager, DelayOffsetManager
 from .persist import PersistJob
 from .subscription import SubscriptionGroupManager
@@ -42,16 +43,6 @@ from .topic import TopicConfigManager
 
 SNAPSHOT_FORMAT: Final = 1
 _SECTIONS: Final = ("topics", "subscriptionGroups", "consumerOffsets", "delayOffsets")
-
-
-class _Manager(Protocol):
-    @property
-    def path(self) -> str: ...
-    def persist(self, *, force: bool = False) -> bool: ...
-    def prepare_persist(self, *, force: bool = False) -> PersistJob | None: ...
-    def export_state(self) -> dict[str, Any]: ...
-    def import_state(self, doc: dict[str, Any]) -> None: ...
-    def apply_replicated(self, change: MetadataChange) -> None: ...
 
 
 class MetadataSyncGap(Exception):
@@ -93,7 +84,7 @@ class BrokerMetadata:
         """Alias of `offsets`."""
         return self.offsets
 
-    def _managers(self) -> dict[str, _Manager]:
+    def _managers(self) -> dict[str, ConfigManager[Any, Any]]:
         return {"topics": self.topics, "subscriptionGroups": self.subscriptions,
                 "consumerOffsets": self.offsets, "delayOffsets": self.delay_offsets}
 
@@ -173,7 +164,7 @@ class BrokerMetadata:
             return False
         if change.seq != self._applied_seq + 1:
             raise MetadataSyncGap(f"gap in change records: applied seq {self._applied_seq}, got {change.seq}")
-        targets: dict[str, _Manager] = {
+        targets: dict[str, ConfigManager[Any, Any]] = {
             KIND_TOPIC: self.topics, KIND_SUBSCRIPTION_GROUP: self.subscriptions,
             KIND_CONSUMER_OFFSET: self.offsets, KIND_DELAY_OFFSET: self.delay_offsets}
         target = targets[change.kind]

@@ -2,7 +2,7 @@
 
 Every manager mutation (topic config, subscription group, consumer offset, delay offset) calls
 `MetadataHub.emit(...)` exactly once per changed table entry, after the in-memory table and the manager's
-DataVersion were updated. The hub stamps the change with a per-broker `seq` (one counter shared by all four
+DataVersion were updated; the one caller is `ConfigManager._commit` (manager.py). The hub stamps the change with a per-broker `seq` (one counter shared by all four
 managers) and the hub's `stream` id, then hands the frozen `MetadataChange` to every observer.
 
 Design for master -> slave delta replication (a later issue):

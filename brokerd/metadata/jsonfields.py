@@ -3,61 +3,59 @@ is accepted (fastjson and the C++ client do that), anything else raises ValueErr
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 def _where(ctx: str, key: str) -> str:
     return f"{ctx}.{key}" if ctx else key
 
 
-def get_int(d: dict[str, Any], key: str, default: int, ctx: str = "") -> int:
-    v = d.get(key)
-    if v is None:
-        return default
+def _as_int(v: Any) -> int | None:
+    """`v` as an int: an int (not a bool) or a string holding one; None for anything else."""
     if isinstance(v, bool):
-        raise ValueError(f"{_where(ctx, key)}: expected an integer, got {v!r}")
+        return None
     if isinstance(v, int):
         return v
     if isinstance(v, str):
         try:
             return int(v.strip())
         except ValueError:
-            pass
-    raise ValueError(f"{_where(ctx, key)}: expected an integer, got {v!r}")
+            return None
+    return None
 
 
-def get_bool(d: dict[str, Any], key: str, default: bool, ctx: str = "") -> bool:
-    v = d.get(key)
-    if v is None:
-        return default
+def _as_bool(v: Any) -> bool | None:
     if isinstance(v, bool):
         return v
     if isinstance(v, str) and v.strip().lower() in ("true", "false"):
         return v.strip().lower() == "true"
-    raise ValueError(f"{_where(ctx, key)}: expected a boolean, got {v!r}")
+    return None
 
 
-def get_str(d: dict[str, Any], key: str, default: str, ctx: str = "") -> str:
+def _read(d: dict[str, Any], key: str, default: T, ctx: str, convert: Callable[[Any], T | None], what: str) -> T:
+    """`d[key]` through `convert`; missing or null gives `default`; unconvertible raises ValueError."""
     v = d.get(key)
     if v is None:
         return default
-    if isinstance(v, str):
-        return v
-    raise ValueError(f"{_where(ctx, key)}: expected a string, got {v!r}")
-
-
-def get_str_map(d: dict[str, Any], key: str, ctx: str = "") -> dict[str, str]:
-    v = d.get(key)
-    if v is None:
-        return {}
-    if not isinstance(v, dict):
-        raise ValueError(f"{_where(ctx, key)}: expected an object, got {type(v).__name__}")
-    out: dict[str, str] = {}
-    for k, item in v.items():
-        if not isinstance(k, str) or not isinstance(item, str | int | float | bool):
-            raise ValueError(f"{_where(ctx, key)}: expected string values, got {item!r} for {k!r}")
-        out[k] = item if isinstance(item, str) else str(item).lower() if isinstance(item, bool) else str(item)
+    out = convert(v)
+    if out is None:
+        raise ValueError(f"{_where(ctx, key)}: expected {what}, got {v!r}")
     return out
+
+
+def get_int(d: dict[str, Any], key: str, default: int, ctx: str = "") -> int:
+    return _read(d, key, default, ctx, _as_int, "an integer")
+
+
+def get_bool(d: dict[str, Any], key: str, default: bool, ctx: str = "") -> bool:
+    return _read(d, key, default, ctx, _as_bool, "a boolean")
+
+
+def get_str(d: dict[str, Any], key: str, default: str, ctx: str = "") -> str:
+    return _read(d, key, default, ctx, lambda v: v if isinstance(v, str) else None, "a string")
 
 
 def get_object(d: dict[str, Any], key: str, ctx: str = "") -> dict[str, Any]:
@@ -69,28 +67,25 @@ def get_object(d: dict[str, Any], key: str, ctx: str = "") -> dict[str, Any]:
     return v
 
 
+def get_str_map(d: dict[str, Any], key: str, ctx: str = "") -> dict[str, str]:
+    out: dict[str, str] = {}
+    for k, item in get_object(d, key, ctx).items():
+        if not isinstance(k, str) or not isinstance(item, str | int | float | bool):
+            raise ValueError(f"{_where(ctx, key)}: expected string values, got {item!r} for {k!r}")
+        out[k] = item if isinstance(item, str) else str(item).lower() if isinstance(item, bool) else str(item)
+    return out
+
+
 def to_int_key(k: Any, ctx: str) -> int:
     """Queue ids / delay levels come as JSON object keys (strings) or as ints (msgpack)."""
-    if isinstance(k, bool):
+    out = _as_int(k)
+    if out is None:
         raise ValueError(f"{ctx}: bad integer key {k!r}")
-    if isinstance(k, int):
-        return k
-    if isinstance(k, str):
-        try:
-            return int(k.strip())
-        except ValueError:
-            pass
-    raise ValueError(f"{ctx}: bad integer key {k!r}")
+    return out
 
 
 def to_int_value(v: Any, ctx: str) -> int:
-    if isinstance(v, bool):
+    out = _as_int(v)
+    if out is None:
         raise ValueError(f"{ctx}: expected an integer, got {v!r}")
-    if isinstance(v, int):
-        return v
-    if isinstance(v, str):
-        try:
-            return int(v.strip())
-        except ValueError:
-            pass
-    raise ValueError(f"{ctx}: expected an integer, got {v!r}")
+    return out

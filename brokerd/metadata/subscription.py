@@ -5,14 +5,14 @@ brokerId=0, whichBrokerWhenConsumeSlowly=1, notifyConsumerIdsChangedEnable=true)
 lookup (26 when missing and not auto-created), CONSUMER_SEND_MSG_BACK (36) retry settings, admin
 UPDATE_AND_CREATE_SUBSCRIPTIONGROUP / DELETE_SUBSCRIPTIONGROUP / GET_ALL_SUBSCRIPTIONGROUP_CONFIG.
 
-Every mutation bumps the DataVersion, emits exactly one `subscription_group` change and persists.
+Every mutation passes `ConfigManager._commit` (manager.py): it bumps the DataVersion, emits exactly one
+`subscription_group` change and persists.
 Configs are frozen and `all()` is read-only. Not thread-safe: event loop thread only.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -20,11 +20,10 @@ from typing import Any, Final
 
 import structlog
 
-from .hook import KIND_SUBSCRIPTION_GROUP, OP_DELETE, OP_PUT, MetadataChange, MetadataHub
-from .jsonfields import get_bool, get_int, get_object, get_str, get_str_map
+from .hook import KIND_SUBSCRIPTION_GROUP, MetadataHub
+from .jsonfields import get_bool, get_int, get_str, get_str_map
+from .manager import NamedConfigManager, TableFormat
 from .names import SYSTEM_GROUPS, is_sys_consumer_group, validate_group
-from .persist import ConfigFile, PersistJob
-from .version import DataVersion
 
 SUBSCRIPTION_GROUP_FILE: Final = "subscriptionGroup.json"
 
@@ -106,85 +105,25 @@ class SubscriptionGroupConfig:
             raise ValueError(f"whichBrokerWhenConsumeSlowly: must be >= 0, got {self.which_broker_when_consume_slowly}")
 
 
-class SubscriptionGroupManager:
-    """The broker's subscription-group table. Single writer; every mutation emits one change."""
+class SubscriptionGroupManager(NamedConfigManager[SubscriptionGroupConfig]):
+    """The broker's subscription-group table. Single writer; every mutation emits one change.
+
+    Generic parts (load / persist / DataVersion / snapshot state / `update` / `delete` / `all`) come from
+    `NamedConfigManager`; every mutation passes its `_commit`."""
+
+    FORMAT = TableFormat(KIND_SUBSCRIPTION_GROUP, SUBSCRIPTION_GROUP_FILE,
+                         table_field="subscriptionGroupTable", context="subscriptionGroup")
+    LOG_KEY = "group"
+    LOADED_EVENT = "subscription_groups_loaded"
 
     def __init__(self, config_dir: str, hub: MetadataHub, auto_create_subscription_group: bool = True, *,
                  persist_on_change: bool = True) -> None:
-        self._hub = hub
         self._auto_create = auto_create_subscription_group
-        self._persist_on_change = persist_on_change
-        self._table: dict[str, SubscriptionGroupConfig] = {}
-        self._view: Mapping[str, SubscriptionGroupConfig] = MappingProxyType(self._table)
-        self._dv = DataVersion(timestamp=hub.now_ms())
-        self._file = ConfigFile(os.path.join(config_dir, SUBSCRIPTION_GROUP_FILE), self.export_state)
-        self._log = structlog.get_logger().bind(component="subscription_group")
-        self._reset_to_system_groups()
-
-    # ----- reads -----
+        super().__init__(config_dir, hub, structlog.get_logger().bind(component="subscription_group"),
+                         persist_on_change=persist_on_change)
 
     def find(self, group: str) -> SubscriptionGroupConfig | None:
         return self._table.get(group)
-
-    def __contains__(self, group: object) -> bool:
-        return group in self._table
-
-    def all(self) -> Mapping[str, SubscriptionGroupConfig]:
-        return self._view
-
-    @property
-    def data_version(self) -> DataVersion:
-        return self._dv.copy()
-
-    @property
-    def path(self) -> str:
-        return self._file.path
-
-    # ----- load / persist / replication state -----
-
-    def load(self) -> None:
-        state = self._file.load(_decode_state)
-        self._reset_to_system_groups()
-        if state is not None:
-            table, dv = state
-            self._table.update(table)
-            self._dv = dv
-        self._log.info("subscription_groups_loaded", path=self._file.path, groups=len(self._table),
-                       from_file=state is not None)
-
-    def persist(self, *, force: bool = False) -> bool:
-        return self._file.persist(force=force)
-
-    def prepare_persist(self, *, force: bool = False) -> PersistJob | None:
-        return self._file.prepare(force=force)
-
-    @property
-    def dirty(self) -> bool:
-        return self._file.dirty
-
-    def export_state(self) -> dict[str, Any]:
-        return {
-            "dataVersion": self._dv.to_json(),
-            "subscriptionGroupTable": {name: cfg.to_json() for name, cfg in self._table.items()},
-        }
-
-    def import_state(self, doc: dict[str, Any]) -> None:
-        table, dv = _decode_state(doc)
-        self._table.clear()
-        self._table.update(table)
-        self._dv = dv
-        self._file.mark_dirty()
-
-    def apply_replicated(self, change: MetadataChange) -> None:
-        dv = DataVersion.from_json(change.data_version)
-        if change.op == OP_PUT:
-            if not isinstance(change.value, dict):
-                raise ValueError(f"subscription group change {change.seq}: value must be an object")
-            self._table[change.key] = SubscriptionGroupConfig.from_json(change.value, default_name=change.key)
-        else:
-            self._table.pop(change.key, None)
-        self._dv = dv
-        self._after_change()
 
     # ----- mutations -----
 
@@ -197,56 +136,23 @@ class SubscriptionGroupManager:
         if not (self._auto_create or is_sys_consumer_group(group)) or validate_group(group) is not None:
             return None
         cfg = SubscriptionGroupConfig(group)
-        self._commit_put(cfg, "subscription_group_auto_created")
+        self._put(cfg, "subscription_group_auto_created")
         return cfg
 
-    def update(self, cfg: SubscriptionGroupConfig) -> None:
-        """Create or replace a group (admin). Raises ValueError for a bad config."""
-        cfg.validate()
-        created = cfg.group_name not in self._table
-        self._commit_put(cfg, "subscription_group_created" if created else "subscription_group_updated")
+    # ----- NamedConfigManager hooks -----
 
-    def delete(self, group: str) -> bool:
-        if group not in self._table:
-            return False
-        del self._table[group]
-        self._bump()
-        self._hub.emit(KIND_SUBSCRIPTION_GROUP, OP_DELETE, group, None, self._dv.to_json())
-        self._after_change()
-        self._log.info("subscription_group_deleted", group=group)
-        return True
+    def _initial_table(self) -> dict[str, SubscriptionGroupConfig]:
+        return {name: SubscriptionGroupConfig(name) for name in SYSTEM_GROUPS}
 
-    # ----- internals -----
+    def _parse(self, raw: Any, default_name: str) -> SubscriptionGroupConfig:
+        return SubscriptionGroupConfig.from_json(raw, default_name=default_name)
 
-    def _bump(self) -> None:
-        self._dv.next_version(self._hub.state_version, now_ms=self._hub.now_ms())
+    def _log_fields(self, cfg: SubscriptionGroupConfig) -> dict[str, Any]:
+        return {"group": cfg.group_name, "retry_queue_nums": cfg.retry_queue_nums,
+                "retry_max_times": cfg.retry_max_times}
 
-    def _after_change(self) -> None:
-        self._file.mark_dirty()
-        if self._persist_on_change:
-            self._file.persist_logged()
+    def _name_of(self, cfg: SubscriptionGroupConfig) -> str:
+        return cfg.group_name
 
-    def _commit_put(self, cfg: SubscriptionGroupConfig, event: str) -> None:
-        self._table[cfg.group_name] = cfg
-        self._bump()
-        self._hub.emit(KIND_SUBSCRIPTION_GROUP, OP_PUT, cfg.group_name, cfg.to_json(), self._dv.to_json())
-        self._after_change()
-        self._log.info(event, group=cfg.group_name, retry_queue_nums=cfg.retry_queue_nums,
-                       retry_max_times=cfg.retry_max_times)
-
-    def _reset_to_system_groups(self) -> None:
-        self._table.clear()
-        for name in SYSTEM_GROUPS:
-            self._table[name] = SubscriptionGroupConfig(name)
-
-
-def _decode_state(doc: Any) -> tuple[dict[str, SubscriptionGroupConfig], DataVersion]:
-    if not isinstance(doc, dict):
-        raise ValueError("subscriptionGroup: expected an object")
-    table: dict[str, SubscriptionGroupConfig] = {}
-    for name, raw in get_object(doc, "subscriptionGroupTable", "subscriptionGroup").items():
-        cfg = SubscriptionGroupConfig.from_json(raw, default_name=name)
-        if cfg.group_name != name:
-            cfg = dataclasses.replace(cfg, group_name=name)
-        table[name] = cfg
-    return table, DataVersion.from_json(doc.get("dataVersion"))
+    def _renamed(self, cfg: SubscriptionGroupConfig, name: str) -> SubscriptionGroupConfig:
+        return dataclasses.replace(cfg, group_name=name)

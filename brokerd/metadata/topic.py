@@ -8,7 +8,8 @@ and the REGISTER_BROKER (103) body (`register_wrapper`).
 The broker adds an observer to the MetadataHub and reacts to `change.kind == "topic"` (for a put, call
 `register_wrapper([change.key])` for an incremental registration).
 
-Every mutation: update the table, bump the DataVersion, emit exactly one change through the hub, persist.
+Every mutation passes `ConfigManager._commit` (manager.py): update the table, bump the DataVersion, emit
+exactly one change through the hub, persist.
 `TopicConfig` is frozen and `all()` is a read-only view, so the table cannot change behind the hub's back;
 use `dataclasses.replace(tc, perm=...)` and `update()` to change a topic.
 
@@ -18,7 +19,6 @@ Not thread-safe: call from the event loop thread only.
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -26,8 +26,9 @@ from typing import Any, Final
 
 import structlog
 
-from .hook import KIND_TOPIC, OP_DELETE, OP_PUT, MetadataChange, MetadataHub
-from .jsonfields import get_bool, get_int, get_object, get_str, get_str_map
+from .hook import KIND_TOPIC, MetadataHub
+from .jsonfields import get_bool, get_int, get_str, get_str_map
+from .manager import NamedConfigManager, TableFormat
 from .names import (
     AUTO_CREATE_TOPIC_KEY_TOPIC,
     BENCHMARK_TOPIC_QUEUE_NUM,
@@ -54,8 +55,6 @@ from .names import (
     is_writeable,
     validate_topic,
 )
-from .persist import ConfigFile, PersistJob
-from .version import DataVersion
 
 __all__ = [
     "PERM_INHERIT", "PERM_PRIORITY", "PERM_READ", "PERM_WRITE", "TOPIC_FILTER_TYPES", "TOPIC_NAME_REGEX",
@@ -136,8 +135,15 @@ def _require_name(key: str, value: str) -> None:
         raise ValueError(f"{key}: must be a non-empty string, got {value!r}")
 
 
-class TopicConfigManager:
-    """The broker's topic table. Single writer (event loop); every mutation emits one `topic` change."""
+class TopicConfigManager(NamedConfigManager[TopicConfig]):
+    """The broker's topic table. Single writer (event loop); every mutation emits one `topic` change.
+
+    Generic parts (load / persist / DataVersion / snapshot state / `update` / `delete` / `all`) come from
+    `NamedConfigManager`; every mutation passes its `_commit`."""
+
+    FORMAT = TableFormat(KIND_TOPIC, TOPICS_FILE, table_field="topicConfigTable", context="topics")
+    LOG_KEY = "topic"
+    LOADED_EVENT = "topic_configs_loaded"
 
     def __init__(self, config_dir: str, hub: MetadataHub, *, cluster_name: str, broker_name: str,
                  auto_create_topic_enable: bool = True, default_topic_queue_nums: int = 8,
@@ -149,7 +155,6 @@ class TopicConfigManager:
         _require_name("msgTraceTopicName", msg_trace_topic_name)
         if isinstance(default_topic_queue_nums, bool) or not 1 <= default_topic_queue_nums <= 65535:
             raise ValueError(f"defaultTopicQueueNums: must be between 1 and 65535, got {default_topic_queue_nums}")
-        self._hub = hub
         self._cluster_name = cluster_name
         self._broker_name = broker_name
         self._auto_create_topic_enable = auto_create_topic_enable
@@ -158,35 +163,14 @@ class TopicConfigManager:
         self._broker_topic_enable = broker_topic_enable
         self._trace_topic_enable = trace_topic_enable
         self._msg_trace_topic_name = msg_trace_topic_name
-        self._persist_on_change = persist_on_change
-        self._table: dict[str, TopicConfig] = {}
-        self._view: Mapping[str, TopicConfig] = MappingProxyType(self._table)
-        self._dv = DataVersion(timestamp=hub.now_ms())
-        self._file = ConfigFile(os.path.join(config_dir, TOPICS_FILE), self.export_state)
-        self._log = structlog.get_logger().bind(component="topic_config", broker=broker_name)
         self._system_topic_names = frozenset(tc.topic_name for tc in self._system_topics())
-        self._reset_to_system_topics()
+        super().__init__(config_dir, hub, structlog.get_logger().bind(component="topic_config", broker=broker_name),
+                         persist_on_change=persist_on_change)
 
     # ----- reads -----
 
     def get(self, topic: str) -> TopicConfig | None:
         return self._table.get(topic)
-
-    def __contains__(self, topic: object) -> bool:
-        return topic in self._table
-
-    def all(self) -> Mapping[str, TopicConfig]:
-        """Read-only live view of the table."""
-        return self._view
-
-    @property
-    def data_version(self) -> DataVersion:
-        """A copy: mutating it does not affect the manager."""
-        return self._dv.copy()
-
-    @property
-    def path(self) -> str:
-        return self._file.path
 
     def is_system_topic(self, topic: str) -> bool:
         return is_system_topic(topic) or topic in self._system_topic_names
@@ -204,76 +188,10 @@ class TopicConfigManager:
             selected = [tc for t in topics if (tc := self._table.get(t)) is not None]
         return {
             "topicConfigTable": {tc.topic_name: tc.to_json() for tc in selected},
-            "dataVersion": self._dv.to_json(),
+            "dataVersion": self.data_version.to_json(),
         }
 
-    # ----- load / persist / replication state -----
-
-    def load(self) -> None:
-        """Load `topics.json` (or its .bak), over the built-in system topics (file values win)."""
-        state = self._file.load(_decode_state)
-        self._reset_to_system_topics()
-        if state is not None:
-            table, dv = state
-            self._table.update(table)
-            self._dv = dv
-        self._log.info("topic_configs_loaded", path=self._file.path, topics=len(self._table),
-                       from_file=state is not None)
-
-    def persist(self, *, force: bool = False) -> bool:
-        return self._file.persist(force=force)
-
-    def prepare_persist(self, *, force: bool = False) -> PersistJob | None:
-        return self._file.prepare(force=force)
-
-    @property
-    def dirty(self) -> bool:
-        return self._file.dirty
-
-    def export_state(self) -> dict[str, Any]:
-        """The `topics.json` document (also the snapshot section)."""
-        return {
-            "dataVersion": self._dv.to_json(),
-            "topicConfigTable": {name: tc.to_json() for name, tc in self._table.items()},
-        }
-
-    def import_state(self, doc: dict[str, Any]) -> None:
-        """Replace the whole table and DataVersion (slave snapshot bootstrap). No change is emitted."""
-        table, dv = _decode_state(doc)
-        self._table.clear()
-        self._table.update(table)
-        self._dv = dv
-        self._file.mark_dirty()
-
-    def apply_replicated(self, change: MetadataChange) -> None:
-        """Apply a master's change record (slave side). Emits nothing; adopts the record's DataVersion."""
-        dv = DataVersion.from_json(change.data_version)
-        if change.op == OP_PUT:
-            if not isinstance(change.value, dict):
-                raise ValueError(f"topic change {change.seq}: value must be an object")
-            self._table[change.key] = TopicConfig.from_json(change.value, default_name=change.key)
-        else:
-            self._table.pop(change.key, None)
-        self._dv = dv
-        self._after_change()
-
-    # ----- mutations -----
-
-    def update(self, tc: TopicConfig) -> None:
-        """Create or replace a topic (admin UPDATE_AND_CREATE_TOPIC). Raises ValueError for a bad config."""
-        tc.validate()
-        created = tc.topic_name not in self._table
-        self._commit_put(tc, "topic_created" if created else "topic_updated")
-
-    def delete(self, topic: str) -> bool:
-        if topic not in self._table:
-            return False
-        del self._table[topic]
-        self._bump()
-        self._hub.emit(KIND_TOPIC, OP_DELETE, topic, None, self._dv.to_json())
-        self._after_change()
-        self._log.info("topic_deleted", topic=topic)
-        return True
+    # ----- mutations (`update` / `delete` come from NamedConfigManager) -----
 
     def create_topic_if_absent(self, tc: TopicConfig) -> TopicConfig:
         existing = self._table.get(tc.topic_name)
@@ -315,7 +233,7 @@ class TopicConfigManager:
         queue_nums = max(0, min(client_default_topic_queue_nums, template.write_queue_nums))
         tc = TopicConfig(topic, queue_nums, queue_nums, perm & ~PERM_INHERIT, template.topic_filter_type,
                          topic_sys_flag)
-        self._commit_put(tc, "topic_auto_created", producer=remote_addr, default_topic=default_topic)
+        self._put(tc, "topic_auto_created", producer=remote_addr, default_topic=default_topic)
         return tc
 
     def create_topic_in_send_back_method(self, topic: str, queue_nums: int, perm: int,
@@ -327,31 +245,26 @@ class TopicConfigManager:
             return existing
         tc = TopicConfig(topic, queue_nums, queue_nums, perm, "SINGLE_TAG", topic_sys_flag)
         tc.validate()
-        self._commit_put(tc, "topic_created")
+        self._put(tc, "topic_created")
         return tc
 
-    # ----- internals -----
+    # ----- NamedConfigManager hooks -----
 
-    def _bump(self) -> None:
-        self._dv.next_version(self._hub.state_version, now_ms=self._hub.now_ms())
+    def _initial_table(self) -> dict[str, TopicConfig]:
+        return {tc.topic_name: tc for tc in self._system_topics()}
 
-    def _after_change(self) -> None:
-        self._file.mark_dirty()
-        if self._persist_on_change:
-            self._file.persist_logged()
+    def _parse(self, raw: Any, default_name: str) -> TopicConfig:
+        return TopicConfig.from_json(raw, default_name=default_name)
 
-    def _commit_put(self, tc: TopicConfig, event: str, **log_kv: Any) -> None:
-        self._table[tc.topic_name] = tc
-        self._bump()
-        self._hub.emit(KIND_TOPIC, OP_PUT, tc.topic_name, tc.to_json(), self._dv.to_json())
-        self._after_change()
-        self._log.info(event, topic=tc.topic_name, read_queue_nums=tc.read_queue_nums,
-                       write_queue_nums=tc.write_queue_nums, perm=tc.perm, **log_kv)
+    def _log_fields(self, cfg: TopicConfig) -> dict[str, Any]:
+        return {"topic": cfg.topic_name, "read_queue_nums": cfg.read_queue_nums,
+                "write_queue_nums": cfg.write_queue_nums, "perm": cfg.perm}
 
-    def _reset_to_system_topics(self) -> None:
-        self._table.clear()
-        for tc in self._system_topics():
-            self._table[tc.topic_name] = tc
+    def _name_of(self, cfg: TopicConfig) -> str:
+        return cfg.topic_name
+
+    def _renamed(self, cfg: TopicConfig, name: str) -> TopicConfig:
+        return dataclasses.replace(cfg, topic_name=name)
 
     def _system_topics(self) -> list[TopicConfig]:
         """The topics RocketMQ's TopicConfigManager.init() creates (file values override them on load)."""
@@ -375,14 +288,3 @@ class TopicConfigManager:
         out.append(TopicConfig(RMQ_SYS_TRANS_OP_HALF_TOPIC, 1, 1))
         return out
 
-
-def _decode_state(doc: Any) -> tuple[dict[str, TopicConfig], DataVersion]:
-    if not isinstance(doc, dict):
-        raise ValueError("topics: expected an object")
-    table: dict[str, TopicConfig] = {}
-    for name, raw in get_object(doc, "topicConfigTable", "topics").items():
-        tc = TopicConfig.from_json(raw, default_name=name)
-        if tc.topic_name != name:
-            tc = dataclasses.replace(tc, topic_name=name)
-        table[name] = tc
-    return table, DataVersion.from_json(doc.get("dataVersion"))
