@@ -3,17 +3,13 @@ broker in the container, and LIST_BROKERS (our code 910; body JSON list of broke
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import orjson
 
 from brokerd.remoting.codes import ResponseCode
 from brokerd.remoting.command import RemotingCommand
-from brokerd.remoting.connection import Connection, HandlerResult
-
-if TYPE_CHECKING:
-    from brokerd.broker import Broker
-    from container.host import BrokerContainer
+from brokerd.remoting.connection import Connection, Dispatcher, HandlerResult
+from container.context import ContainerContext, HostedBroker
+from container.errors import ContainerError
 
 LIST_BROKERS = 910
 
@@ -22,8 +18,8 @@ def _identity(cmd: RemotingCommand) -> str:
     return f"{cmd.str_field('brokerClusterName')}:{cmd.str_field('brokerName')}:{cmd.int_field('brokerId', 0)}"
 
 
-def register_admin(container: BrokerContainer) -> None:
-    from container.host import ContainerError
+def register_admin(container: ContainerContext, d: Dispatcher) -> None:
+    """Register the admin requests on `d` (the admin port's table), acting on `container`."""
 
     async def add_broker(conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         path = cmd.ext.get("configPath", "")
@@ -41,7 +37,7 @@ def register_admin(container: BrokerContainer) -> None:
             return cmd.response(e.code, str(e))
         return cmd.response()
 
-    def _target(cmd: RemotingCommand) -> Broker | RemotingCommand:
+    def _target(cmd: RemotingCommand) -> HostedBroker | RemotingCommand:
         if not cmd.ext.get("brokerName"):
             if len(container.brokers) == 1:
                 return next(iter(container.brokers.values())).broker
@@ -66,6 +62,5 @@ def register_admin(container: BrokerContainer) -> None:
                 for k, s in sorted(container.brokers.items())]
         return cmd.response(body=orjson.dumps({"brokers": rows}))
 
-    d = container.admin_dispatcher
     d.register_all({902: add_broker, 903: remove_broker, 26: broker_config, 25: broker_config,
                     LIST_BROKERS: list_brokers})

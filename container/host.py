@@ -16,23 +16,22 @@ from brokerd.broker import Broker
 from brokerd.broker_config import BrokerConfig, load_broker_config
 from brokerd.config_file import ConfigError
 from brokerd.logging_setup import ROUTER
-from brokerd.namesrv.service import NamesrvConfig, NamesrvService
+from brokerd.namesrv.config import NamesrvConfig
+from brokerd.namesrv.service import NamesrvService
 from brokerd.native import IMPLEMENTATION
 from brokerd.remoting.client import RemotingClient
 from brokerd.remoting.codes import ResponseCode
 from brokerd.remoting.connection import Dispatcher
 from brokerd.remoting.server import RemotingServer
+from container.admin import register_admin
 from container.config import ContainerConfig
+from container.errors import ContainerError
 from container.metrics import MetricsServer
 from container.quota import DiskQuota
 
+__all__ = ["BrokerContainer", "BrokerSlot", "ContainerError"]
+
 log = structlog.get_logger("container")
-
-
-class ContainerError(Exception):
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 @dataclass
@@ -52,7 +51,7 @@ class BrokerContainer:
         self.namesrv_server: RemotingServer | None = None
         self.namesrv: NamesrvService | None = None
         self.metrics: MetricsServer | None = None
-        self.quota = DiskQuota(self)
+        self.quota = DiskQuota(self, cfg)
         self._lock = asyncio.Lock()
         self._stopping = False
         ROUTER.enabled = cfg.isolate_log_enable
@@ -73,9 +72,7 @@ class BrokerContainer:
             self.namesrv_server = RemotingServer(d, port=self.cfg.embedded_namesrv_port, name="namesrv")
             await self.namesrv_server.start()
             await self.namesrv.start()
-        from container.admin import register_admin
-
-        register_admin(self)
+        register_admin(self, self.admin_dispatcher)
         self.admin_server = RemotingServer(self.admin_dispatcher, port=self.cfg.listen_port, name="container-admin")
         await self.admin_server.start()
         if self.cfg.metrics_port >= 0:

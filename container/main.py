@@ -14,7 +14,8 @@ import uvloop
 from brokerd.config_file import ConfigError
 from brokerd.logging_setup import configure
 from container.config import ContainerConfig, load_container_config
-from container.host import BrokerContainer, ContainerError
+from container.errors import ContainerError
+from container.host import BrokerContainer
 
 
 async def run(cfg: ContainerConfig) -> int:

@@ -4,15 +4,12 @@ so nothing leaks between brokers) and `/health`."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-if TYPE_CHECKING:
-    from brokerd.broker import Broker
-    from container.host import BrokerContainer
+from container.context import BrokerDirectory, HostedBroker
 
-COUNTERS: tuple[tuple[str, str, str, Callable[[Broker], int]], ...] = (
+COUNTERS: tuple[tuple[str, str, str, Callable[[HostedBroker], int]], ...] = (
     ("rocketmq_messages_in_total", "counter", "Messages stored by the broker", lambda b: b.stats.msgs_in),
     ("rocketmq_messages_out_total", "counter", "Messages returned to consumers", lambda b: b.stats.msgs_out),
     ("rocketmq_bytes_in_total", "counter", "Stored bytes", lambda b: b.stats.bytes_in),
@@ -31,7 +28,7 @@ def _escape(v: str) -> str:
     return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-def render(container: BrokerContainer) -> str:
+def render(container: BrokerDirectory) -> str:
     lines: list[str] = []
     slots = sorted(container.brokers.items())
     for name, kind, help_, get in COUNTERS:
@@ -50,7 +47,7 @@ def render(container: BrokerContainer) -> str:
 
 
 class MetricsServer:
-    def __init__(self, container: BrokerContainer, port: int, host: str = "0.0.0.0") -> None:
+    def __init__(self, container: BrokerDirectory, port: int, host: str = "0.0.0.0") -> None:
         self.container = container
         self.requested_port = port
         self.host = host
@@ -65,9 +62,7 @@ class MetricsServer:
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.requested_port)
         await site.start()
-        server = site._server
-        assert server is not None and server.sockets  # type: ignore[attr-defined]
-        self.port = int(server.sockets[0].getsockname()[1])  # type: ignore[attr-defined]
+        self.port = int(self._runner.addresses[0][1])  # (host, port, ...) of the one socket the site bound
 
     async def stop(self) -> None:
         if self._runner is not None:

@@ -11,34 +11,31 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import structlog
 
 from brokerd.store.flags import LOGIC_DISK_FULL
-
-if TYPE_CHECKING:
-    from brokerd.broker import Broker
-    from container.host import BrokerContainer
+from container.config import ContainerConfig
+from container.context import BrokerDirectory, HostedBroker
 
 log = structlog.get_logger("container.quota")
 
 
 class DiskQuota:
-    def __init__(self, container: BrokerContainer) -> None:
+    def __init__(self, container: BrokerDirectory, cfg: ContainerConfig) -> None:
         self.container = container
-        self.cfg = container.cfg
+        self.cfg = cfg
 
-    def _device(self, b: Broker) -> int:
+    def _device(self, b: HostedBroker) -> int:
         try:
             return os.stat(b.cfg.store_path_root_dir).st_dev
         except OSError:
             return -1
 
-    def _members(self, dev: int) -> list[Broker]:
+    def _members(self, dev: int) -> list[HostedBroker]:
         return [s.broker for s in self.container.brokers.values() if self._device(s.broker) == dev]
 
-    def partition(self, b: Broker) -> tuple[int, int]:
+    def partition(self, b: HostedBroker) -> tuple[int, int]:
         """(size, used) of the broker's partition."""
         if self.cfg.disk_partition_size_bytes > 0:
             used = sum(m.store.logical_usage_bytes() for m in self._members(self._device(b)))
@@ -46,11 +43,11 @@ class DiskQuota:
         u = shutil.disk_usage(b.cfg.store_path_root_dir)
         return u.total, u.total - u.free
 
-    def quota_bytes(self, b: Broker) -> int:
+    def quota_bytes(self, b: HostedBroker) -> int:
         size, _ = self.partition(b)
         return size // self.cfg.replicas_per_disk_partition
 
-    def checker(self, b: Broker) -> Callable[[int], bool]:
+    def checker(self, b: HostedBroker) -> Callable[[int], bool]:
         def over_quota(logical: int) -> bool:
             size, used = self.partition(b)
             quota = size // self.cfg.replicas_per_disk_partition
@@ -70,5 +67,5 @@ class DiskQuota:
             return forced
         return over_quota
 
-    def install(self, b: Broker) -> None:
+    def install(self, b: HostedBroker) -> None:
         b.store.set_quota_checker(self.checker(b))

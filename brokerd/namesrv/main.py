@@ -14,7 +14,8 @@ import sys
 import structlog
 
 from brokerd.config_file import ConfigError, build_config, config_to_properties, read_properties, to_properties
-from brokerd.namesrv.service import NamesrvConfig, start_server
+from brokerd.namesrv.config import NamesrvConfig
+from brokerd.namesrv.service import start_server
 
 log = structlog.get_logger(component="namesrv")
 

@@ -3,20 +3,16 @@ BROKER_HEARTBEAT (904). Spec 2.4."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import structlog
 
 from brokerd.namesrv.body import BodyError, DataVersion, crc32, decode_register_body, dumps
+from brokerd.namesrv.context import NamesrvContext
 from brokerd.namesrv.kvconfig import NAMESPACE_ORDER_TOPIC_CONFIG
 from brokerd.namesrv.lenient_json import LenientJSONError, loads
 from brokerd.namesrv.routeinfo import BrokerAddrInfo, BrokerRegistration
 from brokerd.remoting.codes import RequestCode, ResponseCode
 from brokerd.remoting.command import HeaderError, RemotingCommand
 from brokerd.remoting.connection import Connection, Handler
-
-if TYPE_CHECKING:
-    from brokerd.namesrv.service import NamesrvService
 
 log = structlog.get_logger(component="namesrv")
 
@@ -31,8 +27,8 @@ def _broker_id(cmd: RemotingCommand) -> int:
 
 
 class BrokerProcessors:
-    def __init__(self, svc: NamesrvService) -> None:
-        self.svc = svc
+    def __init__(self, ctx: NamesrvContext) -> None:
+        self.ctx = ctx
 
     def table(self) -> dict[int, Handler]:
         return {
@@ -71,14 +67,14 @@ class BrokerProcessors:
         except BodyError as e:
             log.warning("register_body_rejected", remote=conn.remote_addr[0], error=str(e))
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"Failed to decode RegisterBrokerBody: {e}")
-        routes = self.svc.routes
+        routes = self.ctx.routes
         is_new = BrokerAddrInfo(reg.cluster, reg.broker_addr) not in routes.broker_live_table
         result = routes.register_broker(reg, conn)
         if result is None:
             log.warning("register_broker_refused", broker_name=reg.broker_name, broker_id=reg.broker_id,
                         broker_addr=reg.broker_addr, reason="single-topic registration before a full one")
             return cmd.response(ResponseCode.SYSTEM_ERROR, "register broker failed")
-        self.svc.track_channel(conn)
+        self.ctx.track_channel(conn)
         if is_new:
             log.info("broker_registered", cluster=reg.cluster, broker_name=reg.broker_name, broker_id=reg.broker_id,
                      broker_addr=reg.broker_addr, ha_server_addr=reg.ha_server_addr,
@@ -89,8 +85,8 @@ class BrokerProcessors:
         if result.ha_server_addr is not None:
             ext["haServerAddr"] = result.ha_server_addr
         body = None
-        if self.svc.cfg.return_order_topic_config_to_broker:
-            table = self.svc.kv.namespace(NAMESPACE_ORDER_TOPIC_CONFIG)
+        if self.ctx.cfg.return_order_topic_config_to_broker:
+            table = self.ctx.kv.namespace(NAMESPACE_ORDER_TOPIC_CONFIG)
             if table is not None:
                 body = dumps({"table": table})
         return cmd.response(ResponseCode.SUCCESS, None, ext, body)
@@ -100,7 +96,7 @@ class BrokerProcessors:
         addr = cmd.str_field("brokerAddr")
         name = cmd.str_field("brokerName")
         bid = _broker_id(cmd)
-        if self.svc.routes.unregister_broker(cluster, addr, name, bid):
+        if self.ctx.routes.unregister_broker(cluster, addr, name, bid):
             log.info("broker_unregistered", cluster=cluster, broker_name=name, broker_id=bid, broker_addr=addr)
         return cmd.response()
 
@@ -111,7 +107,7 @@ class BrokerProcessors:
             dv = DataVersion.from_json(loads(cmd.body) if cmd.body else None)
         except (BodyError, LenientJSONError) as e:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"bad DataVersion body: {e}")
-        routes = self.svc.routes
+        routes = self.ctx.routes
         changed = routes.is_broker_topic_config_changed(cluster, addr, dv)
         routes.update_broker_timestamp(cluster, addr)
         current = routes.query_broker_data_version(cluster, addr)
@@ -121,9 +117,9 @@ class BrokerProcessors:
     def broker_heartbeat(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         cluster = cmd.str_field("clusterName")
         addr = cmd.str_field("brokerAddr")
-        self.svc.routes.update_broker_timestamp(cluster, addr)
+        self.ctx.routes.update_broker_timestamp(cluster, addr)
         return cmd.response()
 
 
-def broker_handlers(svc: NamesrvService) -> dict[int, Handler]:
-    return BrokerProcessors(svc).table()
+def broker_handlers(ctx: NamesrvContext) -> dict[int, Handler]:
+    return BrokerProcessors(ctx).table()

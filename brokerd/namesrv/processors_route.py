@@ -5,20 +5,18 @@ write-permission switches (205, 327). Spec 2.4, 5.1."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import structlog
 
 from brokerd.namesrv.body import BodyError, dumps
+from brokerd.namesrv.context import NamesrvContext
 from brokerd.namesrv.kvconfig import NAMESPACE_ORDER_TOPIC_CONFIG
 from brokerd.namesrv.lenient_json import LenientJSONError, loads
 from brokerd.namesrv.routeinfo import QueueData
 from brokerd.remoting.codes import RequestCode, ResponseCode
 from brokerd.remoting.command import RemotingCommand
 from brokerd.remoting.connection import Connection, Handler
-
-if TYPE_CHECKING:
-    from brokerd.namesrv.service import NamesrvService
 
 log = structlog.get_logger(component="namesrv")
 
@@ -53,8 +51,8 @@ def parse_queue_datas(body: bytes | None) -> list[QueueData]:
 
 
 class RouteProcessors:
-    def __init__(self, svc: NamesrvService) -> None:
-        self.svc = svc
+    def __init__(self, ctx: NamesrvContext) -> None:
+        self.ctx = ctx
 
     def table(self) -> dict[int, Handler]:
         return {
@@ -71,18 +69,18 @@ class RouteProcessors:
 
     def get_route(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         topic = cmd.str_field("topic")
-        if not self.svc.ready:
+        if not self.ctx.ready:
             return cmd.response(ResponseCode.SYSTEM_ERROR, "name server not ready")
         order_conf = None
-        if self.svc.cfg.order_message_enable:
-            order_conf = self.svc.kv.get(NAMESPACE_ORDER_TOPIC_CONFIG, topic)
-        route = self.svc.routes.topic_route(topic, order_conf)
+        if self.ctx.cfg.order_message_enable:
+            order_conf = self.ctx.kv.get(NAMESPACE_ORDER_TOPIC_CONFIG, topic)
+        route = self.ctx.routes.topic_route(topic, order_conf)
         if route is None:
             return cmd.response(ResponseCode.TOPIC_NOT_EXIST, no_route_remark(topic))
         return cmd.response(ResponseCode.SUCCESS, None, {}, dumps(route))
 
     def get_cluster_info(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        return cmd.response(ResponseCode.SUCCESS, None, {}, dumps(self.svc.routes.cluster_info()))
+        return cmd.response(ResponseCode.SUCCESS, None, {}, dumps(self.ctx.routes.cluster_info()))
 
     def _topic_list(self, cmd: RemotingCommand, topics: list[str], enabled: bool) -> RemotingCommand:
         if not enabled:
@@ -91,16 +89,16 @@ class RouteProcessors:
         return cmd.response(ResponseCode.SUCCESS, None, {}, dumps(body))
 
     def get_all_topics(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        return self._topic_list(cmd, self.svc.routes.all_topics(), self.svc.cfg.enable_all_topic_list)
+        return self._topic_list(cmd, self.ctx.routes.all_topics(), self.ctx.cfg.enable_all_topic_list)
 
     def get_topics_by_cluster(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         cluster = cmd.str_field("cluster")
-        return self._topic_list(cmd, self.svc.routes.topics_by_cluster(cluster), self.svc.cfg.enable_topic_list)
+        return self._topic_list(cmd, self.ctx.routes.topics_by_cluster(cluster), self.ctx.cfg.enable_topic_list)
 
     def delete_topic(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         topic = cmd.str_field("topic")
         cluster = cmd.opt_str("clusterName")
-        self.svc.routes.delete_topic(topic, cluster)
+        self.ctx.routes.delete_topic(topic, cluster)
         log.info("topic_deleted", topic=topic, cluster=cluster)
         return cmd.response()
 
@@ -110,7 +108,7 @@ class RouteProcessors:
             queue_datas = parse_queue_datas(cmd.body)
         except BodyError as e:
             return cmd.response(ResponseCode.SYSTEM_ERROR, str(e))
-        error = self.svc.routes.register_topic(topic, queue_datas)
+        error = self.ctx.routes.register_topic(topic, queue_datas)
         if error is not None:
             log.warning("register_topic_refused", topic=topic, reason=error)
             return cmd.response(ResponseCode.SYSTEM_ERROR, error)
@@ -119,21 +117,21 @@ class RouteProcessors:
     def get_broker_member_group(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         cluster = cmd.str_field("clusterName")
         name = cmd.str_field("brokerName")
-        group = self.svc.routes.broker_member_group(cluster, name)
+        group = self.ctx.routes.broker_member_group(cluster, name)
         return cmd.response(ResponseCode.SUCCESS, None, {}, dumps({"brokerMemberGroup": group}))
 
     def wipe_write_perm(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         name = cmd.str_field("brokerName")
-        count = self.svc.routes.wipe_write_perm(name)
+        count = self.ctx.routes.wipe_write_perm(name)
         log.info("broker_write_perm_wiped", broker_name=name, topics=count, remote=conn.remote_addr[0])
         return cmd.response(ResponseCode.SUCCESS, None, {"wipeTopicCount": str(count)})
 
     def add_write_perm(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         name = cmd.str_field("brokerName")
-        count = self.svc.routes.add_write_perm(name)
+        count = self.ctx.routes.add_write_perm(name)
         log.info("broker_write_perm_added", broker_name=name, topics=count, remote=conn.remote_addr[0])
         return cmd.response(ResponseCode.SUCCESS, None, {"addTopicCount": str(count)})
 
 
-def route_handlers(svc: NamesrvService) -> dict[int, Handler]:
-    return RouteProcessors(svc).table()
+def route_handlers(ctx: NamesrvContext) -> dict[int, Handler]:
+    return RouteProcessors(ctx).table()

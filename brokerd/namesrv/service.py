@@ -1,56 +1,32 @@
-"""The name server: configuration, request table and the periodic expiry scan around the pure RouteInfoManager."""
+"""The name server: request table and the periodic expiry scan around the pure RouteInfoManager.
+
+`NamesrvService` builds the request processors and hands each itself as a `NamesrvContext` (context.py);
+`NamesrvConfig` lives in config.py and is re-exported here."""
 
 from __future__ import annotations
 
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import structlog
 
-from brokerd.config_file import ConfigError
+from brokerd.namesrv.config import NamesrvConfig
 from brokerd.namesrv.kvconfig import KVConfigTable
-from brokerd.namesrv.routeinfo import DEFAULT_BROKER_CHANNEL_EXPIRED_MS, RemovedBroker, RouteInfoManager
+from brokerd.namesrv.processors_broker import broker_handlers
+from brokerd.namesrv.processors_kv import kv_handlers
+from brokerd.namesrv.processors_route import route_handlers
+from brokerd.namesrv.routeinfo import RemovedBroker, RouteInfoManager
 from brokerd.remoting.connection import Connection, Dispatcher, Handler
 from brokerd.remoting.server import RemotingServer
+
+__all__ = ["NamesrvConfig", "NamesrvService", "start_server", "wall_clock_ms"]
 
 log = structlog.get_logger(component="namesrv")
 
 
 def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-@dataclass(frozen=True)
-class NamesrvConfig:
-    """Name-server settings; keys in a config file are RocketMQ's camelCase names (`listenPort`, ...)."""
-
-    listen_port: int = 9876
-    bind_address: str = "0.0.0.0"
-    scan_not_active_broker_interval_ms: int = field(default=5000, metadata={"key": "scanNotActiveBrokerInterval"})
-    broker_channel_expired_ms: int = DEFAULT_BROKER_CHANNEL_EXPIRED_MS
-    enable_all_topic_list: bool = True
-    enable_topic_list: bool = True
-    order_message_enable: bool = False
-    return_order_topic_config_to_broker: bool = True
-    support_acting_master: bool = False
-    delete_topic_with_broker_registration: bool = False
-    need_wait_for_service: bool = False
-    wait_seconds_for_service: int = 45
-    kv_config_path: str = ""  # empty: KV config kept in memory only
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.listen_port <= 65535:
-            raise ConfigError(f"listenPort: must be 0..65535, got {self.listen_port}")
-        if not self.bind_address:
-            raise ConfigError("bindAddress: must not be empty")
-        if self.scan_not_active_broker_interval_ms <= 0:
-            raise ConfigError(f"scanNotActiveBrokerInterval: must be > 0, got {self.scan_not_active_broker_interval_ms}")
-        if self.broker_channel_expired_ms <= 0:
-            raise ConfigError(f"brokerChannelExpiredMs: must be > 0, got {self.broker_channel_expired_ms}")
-        if self.wait_seconds_for_service < 0:
-            raise ConfigError(f"waitSecondsForService: must be >= 0, got {self.wait_seconds_for_service}")
 
 
 class NamesrvService:
@@ -68,10 +44,6 @@ class NamesrvService:
         self._scan_task: asyncio.Task[None] | None = None
 
     def handlers(self) -> dict[int, Handler]:
-        from brokerd.namesrv.processors_broker import broker_handlers
-        from brokerd.namesrv.processors_kv import kv_handlers
-        from brokerd.namesrv.processors_route import route_handlers
-
         return {**broker_handlers(self), **route_handlers(self), **kv_handlers(self)}
 
     @property
