@@ -1,6 +1,7 @@
 """The broker container: one event loop, one shared outbound client, many broker instances, each with its own
 listening sub-servers (listenPort and listenPort - 2) and processor tables; plus the admin port and an optional
-embedded name server."""
+embedded name server. It builds the admin table, the metrics server and the disk quota and hands each itself as
+the narrow protocol of `container/context.py` they use; none of them imports this module."""
 
 from __future__ import annotations
 
