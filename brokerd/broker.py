@@ -95,6 +95,7 @@ class Broker:
         self._pending_topics: set[str] = set()
         self.status = "created"
         self.last_error: str | None = None
+        self.master_addr: str | None = None  # a slave's current master (remoting address); set by the HA code
 
     # -- lifecycle ---------------------------------------------------------------------------------------
 
@@ -191,6 +192,9 @@ class Broker:
                 self.log.error("housekeeping_failed", error=repr(e))
 
     # -- state -----------------------------------------------------------------------------------------
+
+    def master_broker_addr(self) -> str | None:
+        return None if self.is_master() else self.master_addr
 
     def is_master(self) -> bool:
         return self.cfg.broker_role != "SLAVE"

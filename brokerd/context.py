@@ -20,6 +20,7 @@ from brokerd.clients import ConsumerManager, ProducerManager, RebalanceLockManag
 from brokerd.message import MessageInner
 from brokerd.metadata import BrokerMetadata
 from brokerd.metadata.version import DataVersion
+from brokerd.remoting.client import RemotingClient
 from brokerd.store.message_store import MessageStore
 
 
@@ -73,6 +74,14 @@ class BrokerContext(Protocol):
 
     @property
     def log(self) -> structlog.typing.FilteringBoundLogger: ...
+
+    @property
+    def outer(self) -> RemotingClient:
+        """The shared outbound client (name servers, the controller, this set's master)."""
+
+    def master_broker_addr(self) -> str | None:
+        """For a slave: the remoting address (ip:port) of its broker set's master while one is known and
+        reachable as far as this broker knows; None otherwise (and always None on a master)."""
 
     def is_master(self) -> bool:
         """Not a slave: takes writes (when its permission allows)."""
