@@ -11,6 +11,7 @@ import dataclasses
 import os
 import shutil
 import time
+from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -22,7 +23,7 @@ from brokerd.context import BrokerStats
 from brokerd.metadata import BrokerMetadata, MetadataChange
 from brokerd.metadata.topic import PERM_READ, PERM_WRITE
 from brokerd.metadata.version import DataVersion
-from brokerd.namesrv.client import register_broker, unregister_broker
+from brokerd.namesrv.client import RegisterBrokerResult, register_broker, unregister_broker
 from brokerd.processors.admin import AdminProcessor
 from brokerd.processors.client import ClientProcessor, notify_consumer_ids_changed
 from brokerd.processors.offsets import OffsetProcessor
@@ -33,6 +34,7 @@ from brokerd.processors.sendback import SendBackProcessor
 from brokerd.processors.transaction import TransactionProcessor
 from brokerd.remoting.client import RemotingClient
 from brokerd.remoting.connection import Dispatcher, Handler
+from brokerd.replication import BrokerReplication
 from brokerd.schedule import ScheduleService
 from brokerd.store.config import StoreConfig
 from brokerd.store.message_store import MessageStore
@@ -61,6 +63,8 @@ def store_config_of(cfg: BrokerConfig) -> StoreConfig:
 class Broker:
     def __init__(self, cfg: BrokerConfig, outer: RemotingClient, *, config_path: str | None = None,
                  namesrv_addrs: list[str] | None = None) -> None:
+        if cfg.enable_controller_mode:  # the controller assigns the role: read-only until it does
+            cfg = dataclasses.replace(cfg, broker_role="SLAVE")
         self.cfg = cfg
         self.config_path = config_path
         self.outer = outer
@@ -74,6 +78,10 @@ class Broker:
             broker_name=cfg.broker_name, auto_create_topic_enable=cfg.auto_create_topic_enable,
             auto_create_subscription_group=cfg.auto_create_subscription_group,
             default_topic_queue_nums=cfg.default_topic_queue_nums)
+        self.master_addr: str | None = None  # a slave's current master (remoting address); set by replication
+        self.identity_listener: Callable[[str, str], None] | None = None  # (old, new) identity, e.g. the container
+        self.replication = BrokerReplication(self)
+        self.acks = self.replication.acks
         self.consumers = ConsumerManager(on_change=lambda g: notify_consumer_ids_changed(self, g))
         self.producers = ProducerManager()
         self.locks = RebalanceLockManager()
@@ -90,12 +98,12 @@ class Broker:
             table: dict[int, Handler] = proc.handlers()  # type: ignore[assignment]
             self.dispatcher.register_all(table)
             self.fast_dispatcher.register_all({c: h for c, h in table.items() if c not in (11, 361)})
+        self.dispatcher.register_all(self.replication.handlers())
         self._tasks: list[asyncio.Task[None]] = []
         self._register_soon: asyncio.Task[None] | None = None
         self._pending_topics: set[str] = set()
         self.status = "created"
         self.last_error: str | None = None
-        self.master_addr: str | None = None  # a slave's current master (remoting address); set by the HA code
 
     # -- lifecycle ---------------------------------------------------------------------------------------
 
@@ -104,6 +112,7 @@ class Broker:
         os.makedirs(self.cfg.store_path_root_dir, exist_ok=True)
         self.meta.load()
         await self.store.start()
+        await self.replication.start()
         self.meta.hub.add_observer(self)
         self.schedule.start()
         self.transactions.start()
@@ -111,11 +120,19 @@ class Broker:
         self.status = "running"
         self.log.info("broker_started", addr=self.cfg.broker_addr, role=self.cfg.broker_role)
 
+    async def listen_ha(self) -> None:
+        """Bind the HA port (haListenPort, default listenPort + 1); the container calls it with the other ports."""
+        await self.replication.ha.listen(self.cfg.ha_listen_host)
+
+    async def unlisten_ha(self) -> None:
+        await self.replication.ha.unlisten()
+
     async def shutdown(self) -> None:
         self.status = "stopping"
         for t in self._tasks + ([self._register_soon] if self._register_soon else []):
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.replication.stop()
         await self.schedule.stop()
         await self.transactions.stop()
         self.pull.hold.wake_all()
@@ -150,20 +167,33 @@ class Broker:
     def namesrv_addrs(self) -> list[str]:
         return self._namesrv_override if self._namesrv_override is not None else self.cfg.namesrv_addrs
 
-    async def register_all(self, topics: set[str] | None = None) -> None:
+    async def register_all(self, topics: set[str] | None = None) -> RegisterBrokerResult | None:
+        """Register (all topics, or the named ones) with every name server; returns the first answer. In
+        controller mode nothing is registered before the controller assigned a role; a master's stateVersion
+        is its master epoch, so the name servers prefer the newest master."""
+        if not self.replication.role_known:
+            return None
         wrapper = self.meta.topics.register_wrapper(sorted(topics) if topics else None)
         table = wrapper["topicConfigTable"]
         if not self.is_writeable():
             table = {k: {**v, "perm": v["perm"] & self.cfg.broker_permission} for k, v in table.items()}
-        ha = f"{self.cfg.broker_ip1}:{self.cfg.ha_port}"
+        version = wrapper["dataVersion"]
+        if self.cfg.enable_controller_mode:
+            version = {**version, "stateVersion": self.replication.master_epoch}
+        ha = f"{self.cfg.broker_ip1}:{self.replication.ha.port}"
+        first: RegisterBrokerResult | None = None
         for addr in self.namesrv_addrs:
             try:
-                await register_broker(self.outer, addr, cluster=self.cfg.broker_cluster_name,
-                                      broker_name=self.cfg.broker_name, broker_addr=self.cfg.broker_addr,
-                                      broker_id=self.cfg.broker_id, ha_server_addr=ha, topic_config_table=table,
-                                      data_version=wrapper["dataVersion"])
+                res = await register_broker(self.outer, addr, cluster=self.cfg.broker_cluster_name,
+                                            broker_name=self.cfg.broker_name, broker_addr=self.cfg.broker_addr,
+                                            broker_id=self.cfg.broker_id, ha_server_addr=ha, topic_config_table=table,
+                                            data_version=version)  # fmt: skip
             except Exception as e:  # noqa: BLE001 - one name server down must not stop the others
                 self.log.warning("register_broker_failed", namesrv=addr, error=repr(e))
+                continue
+            first = first or res
+            self.replication.on_registered(res)
+        return first
 
     async def _unregister_all(self) -> None:
         for addr in self.namesrv_addrs:
@@ -196,18 +226,27 @@ class Broker:
     def master_broker_addr(self) -> str | None:
         return None if self.is_master() else self.master_addr
 
+    @property
+    def slave_sync(self) -> Any:
+        return self.replication.metasync
+
     def is_master(self) -> bool:
         return self.cfg.broker_role != "SLAVE"
 
     def is_writeable(self) -> bool:
-        return self.is_master() and bool(self.cfg.broker_permission & PERM_WRITE)
+        """Master with PERM_WRITE whose epoch is not fenced (a newer master exists)."""
+        return self.is_master() and bool(self.cfg.broker_permission & PERM_WRITE) and self.replication.ha.writable
 
     def is_readable(self) -> bool:
         return bool(self.cfg.broker_permission & PERM_READ)
 
     async def change_role(self, role: str, broker_id: int) -> None:
+        """An admin's role change (classic mode): master <-> slave at runtime, replication following."""
+        await self.replication.change_classic_role(role, broker_id)
+
+    async def apply_role(self, role: str, broker_id: int) -> None:
         """Switch between master and slave at runtime (no restart): a master takes writes, a slave refuses them;
-        the name servers learn the new id at once. The HA/controller issues drive this; the store keeps running."""
+        the name servers learn the new id at once. The store keeps running."""
         new = build_config(BrokerConfig, {**self.config_properties(), "brokerRole": role, "brokerId": str(broker_id)})
         old = self.cfg
         if (old.broker_role, old.broker_id) == (new.broker_role, new.broker_id):
@@ -216,6 +255,10 @@ class Broker:
         self.log = structlog.get_logger("broker").bind(broker=self.cfg.identity)
         self.log.info("broker_role_changed", old_role=old.broker_role, old_id=old.broker_id, role=role,
                       broker_id=broker_id)
+        if self.send_lane is not None:
+            self.send_lane.forget()
+        if old.identity != self.cfg.identity and self.identity_listener is not None:
+            self.identity_listener(old.identity, self.cfg.identity)
         if not self.is_master():
             self.pull.hold.wake_all()
         await self.register_all()
@@ -251,6 +294,8 @@ class Broker:
             "bytesIn": self.stats.bytes_in, "bytesOut": self.stats.bytes_out, "errors": self.stats.errors,
             "commitLogMaxOffset": st.max_phy_offset, "commitLogMinOffset": st.min_phy_offset,
             "confirmOffset": st.confirm_offset, "diskUsageBytes": st.logical_usage_bytes(),
+            "haServerAddr": f"{self.cfg.broker_ip1}:{self.replication.ha.port}",
+            "masterEpoch": self.replication.master_epoch, "masterAddr": self.master_addr or "",
             "bootTimestamp": int(time.time() * 1000), "status": self.health()[0], "lastError": self.health()[1],
         }
 

@@ -81,6 +81,28 @@ class BrokerConfig:
     reject_transaction_message: bool = False
     enable_controller_mode: bool = False
     controller_addr: str | None = None
+    # replication (RocketMQ MessageStoreConfig / BrokerConfig keys; docs/ha.md)
+    ha_master_address: str | None = None  # classic slave: the master's HA address (else from the name server)
+    ha_listen_host: str = "0.0.0.0"  # not a RocketMQ key: bind address of the HA port
+    ha_transfer_batch_size: int = 32 * 1024
+    ha_send_heartbeat_interval: int = 5000
+    ha_housekeeping_interval: int = 20_000
+    ha_max_gap_not_in_sync: int = 256 * 1024 * 1024
+    ha_max_time_slave_not_catchup: int = 15_000
+    check_sync_state_set_period: int = 5000
+    all_ack_in_sync_state_set: bool = False
+    in_sync_replicas: int = 1
+    min_in_sync_replicas: int = 1
+    enable_auto_in_sync_replicas: bool = False
+    sync_from_last_file: bool = False
+    async_learner: bool = False
+    broker_heartbeat_interval: int = 1000  # controller mode: BROKER_HEARTBEAT to every controller
+    controller_heart_beat_timeout_mills: int = 10_000
+    sync_broker_metadata_period: int = 5000  # controller mode: GET_REPLICA_INFO poll
+    broker_election_priority: int = 2**31 - 1
+    slave_read_enable: bool = False
+    access_message_in_memory_max_ratio: int = 40
+    slave_sync_metadata_interval: int = 3000  # not a RocketMQ key: a slave's GET_ALL_* pull period (4.x: 3 s tick)
     # container-level knobs a broker may override
     replicas_per_disk_partition: int = 1
     logical_disk_space_clean_forcibly_threshold: float = 0.80
@@ -115,7 +137,18 @@ class BrokerConfig:
                          ("flushIntervalConsumeQueue", self.flush_interval_consume_queue),
                          ("transactionTimeOut", self.transaction_time_out),
                          ("transactionCheckMax", self.transaction_check_max),
-                         ("transactionCheckInterval", self.transaction_check_interval)):
+                         ("transactionCheckInterval", self.transaction_check_interval),
+                         ("haTransferBatchSize", self.ha_transfer_batch_size),
+                         ("haSendHeartbeatInterval", self.ha_send_heartbeat_interval),
+                         ("haHousekeepingInterval", self.ha_housekeeping_interval),
+                         ("haMaxGapNotInSync", self.ha_max_gap_not_in_sync),
+                         ("haMaxTimeSlaveNotCatchup", self.ha_max_time_slave_not_catchup),
+                         ("checkSyncStateSetPeriod", self.check_sync_state_set_period),
+                         ("inSyncReplicas", self.in_sync_replicas), ("minInSyncReplicas", self.min_in_sync_replicas),
+                         ("brokerHeartbeatInterval", self.broker_heartbeat_interval),
+                         ("controllerHeartBeatTimeoutMills", self.controller_heart_beat_timeout_mills),
+                         ("syncBrokerMetadataPeriod", self.sync_broker_metadata_period),
+                         ("slaveSyncMetadataInterval", self.slave_sync_metadata_interval)):
             if val <= 0:
                 raise ConfigError(f"{key}: must be > 0, got {val}")
         for key, r in (("diskSpaceWarningLevelRatio", self.disk_space_warning_level_ratio),
@@ -132,6 +165,12 @@ class BrokerConfig:
         if self.broker_permission not in range(0, 16):
             raise ConfigError("brokerPermission: must be a perm bit set (0..15)")
         parse_delay_levels(self.message_delay_level)
+        if self.enable_controller_mode and not self.controller_addrs:
+            raise ConfigError("controllerAddr: required when enableControllerMode=true (ip:port;ip:port)")
+        if self.ha_master_address is not None and self.ha_master_address and ":" not in self.ha_master_address:
+            raise ConfigError(f"haMasterAddress: expected host:port, got {self.ha_master_address!r}")
+        if not 0 < self.access_message_in_memory_max_ratio <= 100:
+            raise ConfigError("accessMessageInMemoryMaxRatio: must be in 1..100")
 
     @property
     def identity(self) -> str:
@@ -143,7 +182,12 @@ class BrokerConfig:
 
     @property
     def ha_port(self) -> int:
-        return self.ha_listen_port or self.listen_port + 1
+        """haListenPort, default listenPort + 1 (0 when listenPort is 0: any free port)."""
+        return self.ha_listen_port or (self.listen_port + 1 if self.listen_port else 0)
+
+    @property
+    def controller_addrs(self) -> list[str]:
+        return [a.strip() for a in (self.controller_addr or "").replace(",", ";").split(";") if a.strip()]
 
     @property
     def delay_levels_ms(self) -> tuple[int, ...]:

@@ -17,6 +17,7 @@ import structlog
 
 from brokerd.broker_config import BrokerConfig
 from brokerd.clients import ConsumerManager, ProducerManager, RebalanceLockManager
+from brokerd.ha.acks import PutAcks
 from brokerd.message import MessageInner
 from brokerd.metadata import BrokerMetadata
 from brokerd.metadata.version import DataVersion
@@ -40,6 +41,14 @@ class DelayScheduler(Protocol):
 
     def apply_delay(self, msg: MessageInner) -> None:
         """Re-target a message carrying DELAY > 0 to the schedule topic (no-op otherwise)."""
+
+
+class SlaveOffsetSink(Protocol):
+    """Where a slave puts a consumer's commit (brokerd/ha/metasync.py `SlaveMetadataSync`)."""
+
+    def commit_offset(self, client_host: str, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Store the offset locally at once and forward it to the master; kept pending (and pushed before every
+        consumer-offset sync, winning over the master's older value) until the master acknowledges it."""
 
 
 class BrokerContext(Protocol):
@@ -76,8 +85,16 @@ class BrokerContext(Protocol):
     def log(self) -> structlog.typing.FilteringBoundLogger: ...
 
     @property
+    def acks(self) -> PutAcks:
+        """When a stored put may be answered: after the flush (SYNC_FLUSH) and the replica acks its role needs."""
+
+    @property
     def outer(self) -> RemotingClient:
         """The shared outbound client (name servers, the controller, this set's master)."""
+
+    @property
+    def slave_sync(self) -> SlaveOffsetSink:
+        """Offsets committed while this broker is a slave go here (UPDATE_CONSUMER_OFFSET, PULL's commit flag)."""
 
     def master_broker_addr(self) -> str | None:
         """For a slave: the remoting address (ip:port) of its broker set's master while one is known and

@@ -127,6 +127,7 @@ class BrokerContainer:
                     raise ContainerError(ResponseCode.SYSTEM_ERROR,
                                          f"storePathRootDir {cfg.store_path_root_dir} is used by {slot.broker.cfg.identity}")
             broker = Broker(cfg, self.outer, config_path=path, namesrv_addrs=self.namesrv_addrs)
+            broker.identity_listener = self._rekey
             slot = BrokerSlot(broker, config_path=path)
             if cfg.isolate_log_enable or self.cfg.isolate_log_enable:
                 ROUTER.enabled = True
@@ -139,6 +140,7 @@ class BrokerContainer:
             except BaseException as e:
                 for s in slot.servers:
                     await s.stop(grace=0)
+                await broker.unlisten_ha()
                 if broker.status != "created":
                     await broker.store.shutdown()
                 ROUTER.unregister(cfg.identity)
@@ -164,6 +166,11 @@ class BrokerContainer:
                 reason = "port in use" if e.errno == errno.EADDRINUSE else (e.strerror or str(e))
                 raise ContainerError(ResponseCode.SYSTEM_ERROR, f"cannot listen on port {port}: {reason}") from e
             slot.servers.append(server)
+        try:
+            await slot.broker.listen_ha()
+        except OSError as e:
+            reason = "port in use" if e.errno == errno.EADDRINUSE else (e.strerror or str(e))
+            raise ContainerError(ResponseCode.SYSTEM_ERROR, f"cannot listen on HA port {cfg.ha_port}: {reason}") from e
 
     async def remove_broker(self, identity: str) -> None:
         async with self._lock:
@@ -185,16 +192,20 @@ class BrokerContainer:
             slot = self.brokers.get(identity)
             if slot is None:
                 raise ContainerError(ResponseCode.BROKER_NOT_EXIST, f"broker {identity} does not exist in this container")
+            new_identity = f"{slot.broker.cfg.broker_cluster_name}:{slot.broker.cfg.broker_name}:{broker_id}"
+            if new_identity != identity and new_identity in self.brokers:
+                raise ContainerError(ResponseCode.SYSTEM_ERROR, f"broker {new_identity} already exists")
             try:
                 await slot.broker.change_role(role, broker_id)
-            except ConfigError as e:
+            except (ConfigError, ValueError) as e:
                 raise ContainerError(ResponseCode.SYSTEM_ERROR, str(e)) from e
-            new_identity = slot.broker.cfg.identity
-            if new_identity != identity:
-                if new_identity in self.brokers:
-                    raise ContainerError(ResponseCode.SYSTEM_ERROR, f"broker {new_identity} already exists")
-                self.brokers[new_identity] = self.brokers.pop(identity)
-            return new_identity
+            return slot.broker.cfg.identity
+
+    def _rekey(self, old: str, new: str) -> None:
+        """A hosted broker's identity (cluster:name:id) changed with its role (admin or controller)."""
+        slot = self.brokers.pop(old, None)
+        if slot is not None:
+            self.brokers[new] = slot
 
     # -- brokers added at runtime come back after a restart ------------------------------------------------
 

@@ -42,6 +42,11 @@ class HAConfig:
     """``asyncLearner``: this slave never joins the SyncStateSet."""
     mapped_file_size_commit_log: int = 1024 * 1024 * 1024
     """``mappedFileSizeCommitLog``: where "the last file" starts (``syncFromLastFile``)."""
+    sync_flush_timeout_ms: int = 5000
+    """``syncFlushTimeout``: how long a put waits for its replica acks before FLUSH_SLAVE_TIMEOUT."""
+    shrink_on_disconnect: bool = True
+    """Not a RocketMQ key: a SyncStateSet member whose connection closes is dropped at the next tick (RocketMQ
+    waits for the next ``checkSyncStateSetPeriod``; puts that wait for all of the set stall until then)."""
     transfer_window_bytes: int = 4 * 1024 * 1024
     """Not a RocketMQ key: bytes the master sends beyond a slave's last ack before waiting for the next ack
     (Java relies on blocking socket writes instead; a sans-I/O core needs an explicit bound)."""
@@ -51,7 +56,8 @@ class HAConfig:
     def __post_init__(self) -> None:
         for key in ("ha_transfer_batch_size", "ha_send_heartbeat_interval_ms", "ha_housekeeping_interval_ms",
                     "ha_max_gap_not_in_sync", "ha_max_time_slave_not_catchup_ms", "check_sync_state_set_period_ms",
-                    "mapped_file_size_commit_log", "transfer_window_bytes", "max_frame_body"):  # fmt: skip
+                    "mapped_file_size_commit_log", "transfer_window_bytes", "max_frame_body",
+                    "sync_flush_timeout_ms"):  # fmt: skip
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 _fail(key, f"must be a positive integer, got {value!r}")
@@ -60,7 +66,7 @@ class HAConfig:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 _fail(key, f"must be an integer >= 1, got {value!r}")
         for key in ("all_ack_in_sync_state_set", "enable_auto_in_sync_replicas", "sync_from_last_file",
-                    "async_learner"):  # fmt: skip
+                    "async_learner", "shrink_on_disconnect"):  # fmt: skip
             if not isinstance(getattr(self, key), bool):
                 _fail(key, f"must be a boolean, got {getattr(self, key)!r}")
         if self.ha_transfer_batch_size > self.max_frame_body:

@@ -91,6 +91,7 @@ class SlaveConnection:
     ack: int = -1
     next_offset: int = -1
     master_max_at_transfer: int = -1
+    sent_confirm: int = -1  # the confirm offset the last frame carried
 
 
 def entry_index(entries: list[EpochEntry], offset: int) -> int:
@@ -171,8 +172,11 @@ class HAMaster:
         return []
 
     def on_disconnected(self, conn: ConnId, now_ms: int) -> list[Action]:
-        if self.conns.pop(conn, None) is None:
+        c = self.conns.pop(conn, None)
+        if c is None:
             return []
+        if self.cfg.shrink_on_disconnect and c.slave_id in self.remote_set:
+            self.next_check_ms = min(self.next_check_ms, now_ms)  # shrink at the next tick
         return self._recompute()
 
     def on_data(self, conn: ConnId, data: bytes | bytearray | memoryview, now_ms: int) -> list[Action]:
@@ -210,10 +214,10 @@ class HAMaster:
         """The store appended (the put path checked ``writable`` first): push data, update confirm."""
         if self.fenced:
             return []
-        out: list[Action] = []
+        out = self._recompute()  # first, so the frames carry the new confirm offset
         for c in list(self.conns.values()):
             out += self._pump(c, now_ms)
-        return out + self._recompute()
+        return out + self._confirm_frames(now_ms)
 
     def tick(self, now_ms: int) -> list[Action]:
         out: list[Action] = []
@@ -295,7 +299,8 @@ class HAMaster:
             return self._close(c, f"slave ack went back from {c.ack} to {offset}")
         c.ack = offset
         out = self._on_ack(c, now_ms)
-        return out + self._pump(c, now_ms) + self._recompute()
+        out += self._recompute()
+        return out + self._pump(c, now_ms) + self._confirm_frames(now_ms)
 
     def _start_point(self, c: SlaveConnection, offset: int) -> int:
         low = self.log.min_phy_offset
@@ -353,6 +358,7 @@ class HAMaster:
                 break
             e = entries[i]
             frame = TransferFrame(c.next_offset, e.epoch, e.start_offset, self.confirm, body)
+            c.sent_confirm = self.confirm
             out.append(Send(c.conn, encode_parts(frame)))
             c.next_offset += len(body)
         if out:
@@ -366,10 +372,22 @@ class HAMaster:
             return self._close(c, f"no epoch entry covers offset {c.next_offset}")
         e = entries[i]
         c.last_write_ms, c.master_max_at_transfer = now_ms, self.log.max_phy_offset
+        c.sent_confirm = self.confirm
         return [Send(c.conn, encode_parts(TransferFrame(c.next_offset, e.epoch, e.start_offset, self.confirm)))]
 
+    def _confirm_frames(self, now_ms: int) -> list[Action]:
+        """An empty frame to each caught-up slave whose last frame carried an older confirm offset (deviation:
+        RocketMQ lets a slave's confirm offset wait for the next data or heartbeat frame, up to 5 s; a slave
+        serves reads only up to it)."""
+        out: list[Action] = []
+        for c in list(self.conns.values()):
+            if c.state is S.TRANSFER and c.sent_confirm < self.confirm and c.next_offset >= self.log.max_phy_offset:
+                out += self._heartbeat(c, now_ms)
+        return out
+
     def _close(self, c: SlaveConnection, reason: str) -> list[Action]:
-        self.conns.pop(c.conn, None)
+        if self.conns.pop(c.conn, None) is not None and self.cfg.shrink_on_disconnect and c.slave_id in self.remote_set:
+            self.next_check_ms = min(self.next_check_ms, c.last_read_ms)
         return [Close(c.conn, reason), *self._recompute()]
 
     # ------------------------------------------------------------------ confirm offset and progress

@@ -10,7 +10,7 @@
 * `apply_replicated`: a master's change record applied on a slave.
 
 Every change of a single table entry, local or replicated, goes through `_commit` (see its docstring).
-Whole-table replacement (`load`, `import_state`) swaps the table wholesale and emits nothing.
+Whole-table replacement (`load`, `import_state`, `adopt_state`) swaps the table wholesale and emits nothing.
 
 Subclasses set `FORMAT` (a `TableFormat`) and implement the codec hooks (`_encode_entry`, `_decode_entry`,
 `_record_value`, `_key_from_record`, `_value_from_record`); the other hooks have defaults.
@@ -125,6 +125,27 @@ class ConfigManager(abc.ABC, Generic[K, V]):
         self._table.update(table)
         self._dv = dv
         self._file.mark_dirty()
+
+    def adopt_state(self, doc: Any, *, if_version_differs: bool = False) -> bool:
+        """Replace the whole table and DataVersion with another broker's document (a slave adopting its
+        master's table, RocketMQ's SlaveSynchronize): the document's entries over `_initial_table()` (as
+        `load()` builds the table from a file, so built-in entries the document lacks stay), and its
+        DataVersion. Nothing changes when the result equals the current table and DataVersion, or, with
+        `if_version_differs`, when the DataVersions are equal (RocketMQ compares only those for topics and
+        groups). True when replaced. Emits nothing; marks the file dirty. A malformed document raises
+        ValueError and changes nothing."""
+        table, dv = self._decode_state(doc)
+        if if_version_differs and dv == self._dv:
+            return False
+        merged = self._initial_table()
+        merged.update(table)
+        if dv == self._dv and merged == self._table:
+            return False
+        self._table.clear()
+        self._table.update(merged)
+        self._dv = dv
+        self._file.mark_dirty()
+        return True
 
     def apply_replicated(self, change: MetadataChange) -> None:
         """Apply a master's change record (slave side): emits nothing, adopts the record's DataVersion.

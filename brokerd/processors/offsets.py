@@ -39,9 +39,13 @@ class OffsetProcessor:
     def update_consumer_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         group, topic = cmd.str_field("consumerGroup"), cmd.str_field("topic")
         qid, off = cmd.int_field("queueId"), cmd.int_field("commitOffset")
-        if self.broker.meta.topics.get(topic) is None:
+        b = self.broker
+        if b.meta.topics.get(topic) is None:
             return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"Topic {topic} not exist!")
-        self.broker.meta.offsets.commit_offset(conn.remote_addr[0], group, topic, qid, off)
+        if b.is_master():
+            b.meta.offsets.commit_offset(conn.remote_addr[0], group, topic, qid, off)
+        else:  # stored here and forwarded to the master (pending until it acknowledges)
+            b.slave_sync.commit_offset(conn.remote_addr[0], group, topic, qid, off)
         return cmd.response()
 
     def search_by_timestamp(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:

@@ -1,19 +1,23 @@
-"""PULL_MESSAGE (11) / LITE_PULL_MESSAGE (361) with long polling woken by arrivals."""
+"""PULL_MESSAGE (11) / LITE_PULL_MESSAGE (361) with long polling woken by arrivals, and the answer's
+suggestWhichBrokerId (spec §2.3): slaveReadEnable on a master; a slave sending the client back to its live master."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from brokerd.clients import SubscriptionData
 from brokerd.filter import FilterError, compile_filter, is_tag_type, not_supported_remark, record_matcher
+from brokerd.metadata.subscription import SubscriptionGroupConfig
 from brokerd.metadata.topic import PERM_READ
 from brokerd.remoting.codes import ResponseCode
 from brokerd.remoting.command import RemotingCommand
 from brokerd.remoting.connection import Connection
-from brokerd.store.message_store import GetMessageStatus
+from brokerd.store.message_store import GetMessageResult, GetMessageStatus
 
 if TYPE_CHECKING:
     from brokerd.context import BrokerContext
@@ -23,8 +27,41 @@ FLAG_SUSPEND = 0x2
 FLAG_SUBSCRIPTION = 0x4
 
 S = GetMessageStatus
-# store status -> (response code, whether a non-zero request offset turns 19 into 21)
+# statuses answered 21 for a non-zero request offset, else 19
 _NOT_FOUND = (S.NO_MESSAGE_IN_QUEUE, S.NO_MATCHED_LOGIC_QUEUE)
+# a stored record's PHYSICALOFFSET field (spec §3.1: after totalSize, magic, bodyCRC, queueId, flag, queueOffset)
+PHYS_OFFSET_AT = 28
+_PHYS_OFFSET = struct.Struct(">q")
+
+
+def pull_code(st: GetMessageStatus, queue_offset: int) -> int:
+    """The response code of a store status (spec §2.3, PullMessageProcessor.composeResponseHeader)."""
+    if st == S.FOUND:
+        return ResponseCode.SUCCESS
+    if st in (S.NO_MATCHED_MESSAGE, S.MESSAGE_WAS_REMOVING):
+        return ResponseCode.PULL_RETRY_IMMEDIATELY
+    if st in _NOT_FOUND:
+        return ResponseCode.PULL_OFFSET_MOVED if queue_offset != 0 else ResponseCode.PULL_NOT_FOUND
+    if st in (S.OFFSET_OVERFLOW_ONE, S.OFFSET_FOUND_NULL):
+        return ResponseCode.PULL_NOT_FOUND
+    return ResponseCode.PULL_OFFSET_MOVED  # OFFSET_TOO_SMALL, OFFSET_OVERFLOW_BADLY
+
+
+def suggestion(sg: SubscriptionGroupConfig, consumes_slowly: bool) -> int:
+    """suggestWhichBrokerId with slaveReadEnable: the group's whichBrokerWhenConsumeSlowly when the consumer lags,
+    else the group's brokerId."""
+    return sg.which_broker_when_consume_slowly if consumes_slowly else sg.broker_id
+
+
+def _total_physical_memory() -> int:
+    """The machine's RAM in bytes (RocketMQ's StoreUtil.TOTAL_PHYSICAL_MEMORY_SIZE); 24 GiB when unknown."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 24 << 30
+
+
+TOTAL_PHYSICAL_MEMORY = _total_physical_memory()
 
 
 @dataclass(slots=True)
@@ -171,6 +208,36 @@ class PullProcessor:
             return cmd.response(ResponseCode.SYSTEM_ERROR, not_supported_remark(sub.expression_type))
         return record_matcher(expr)
 
+    def _consumes_slowly(self, r: GetMessageResult) -> bool:
+        """RocketMQ's suggestPullingFromSlave: the last record pulled lies further behind the log's end than
+        accessMessageInMemoryMaxRatio % of the machine's RAM (it is probably no longer in the page cache)."""
+        if r.status != S.FOUND or not r.buffers:
+            return False
+        phys: int = _PHYS_OFFSET.unpack_from(r.buffers[-1], PHYS_OFFSET_AT)[0]
+        ratio = self.broker.cfg.access_message_in_memory_max_ratio
+        return self.broker.store.max_phy_offset - phys > TOTAL_PHYSICAL_MEMORY * ratio // 100
+
+    def _answer_on_slave(self, sg: SubscriptionGroupConfig, r: GetMessageResult, code: int, ext: dict[str, str]) -> int:
+        """A slave's answer (RocketMQ 5 composeResponseHeader): with slaveReadEnable the suggestion is computed as on
+        a master. Unless the consumer lags that far, while the master is alive the slave suggests the master (0),
+        and a non-FOUND result becomes PULL_RETRY_IMMEDIATELY (20) so the client asks the master at once."""
+        slow = False
+        if self.broker.cfg.slave_read_enable:
+            slow = self._consumes_slowly(r)
+            ext["suggestWhichBrokerId"] = str(suggestion(sg, slow))
+        if slow or self.broker.master_broker_addr() is None:
+            return code
+        ext["suggestWhichBrokerId"] = "0"
+        return code if r.status == S.FOUND else ResponseCode.PULL_RETRY_IMMEDIATELY
+
+    def _commit_offset(self, conn: Connection, h: PullHeader) -> None:
+        """FLAG_COMMIT_OFFSET: a master stores the offset; a slave stores it and forwards it to its master."""
+        b = self.broker
+        if b.is_master():
+            b.meta.offsets.commit_offset(conn.remote_addr[0], h.group, h.topic, h.queue_id, h.commit_offset)
+        else:
+            b.slave_sync.commit_offset(conn.remote_addr[0], h.group, h.topic, h.queue_id, h.commit_offset)
+
     def execute(self, conn: Connection, cmd: RemotingCommand, h: PullHeader,
                 allow_suspend: bool) -> RemotingCommand | None:
         """Run a pull; returns None when the request should be parked for long polling."""
@@ -202,18 +269,13 @@ class PullProcessor:
         ext = {"suggestWhichBrokerId": "0", "nextBeginOffset": str(r.next_begin_offset),
                "minOffset": str(r.min_offset), "maxOffset": str(r.max_offset)}
         st = r.status
-        if st == S.FOUND:
-            code = ResponseCode.SUCCESS
-        elif st in (S.NO_MATCHED_MESSAGE, S.MESSAGE_WAS_REMOVING):
-            code = ResponseCode.PULL_RETRY_IMMEDIATELY
-        elif st in _NOT_FOUND:
-            code = ResponseCode.PULL_OFFSET_MOVED if h.queue_offset != 0 else ResponseCode.PULL_NOT_FOUND
-        elif st in (S.OFFSET_OVERFLOW_ONE, S.OFFSET_FOUND_NULL):
-            code = ResponseCode.PULL_NOT_FOUND
-        else:  # OFFSET_TOO_SMALL, OFFSET_OVERFLOW_BADLY
-            code = ResponseCode.PULL_OFFSET_MOVED
-        if allow_suspend and h.sys_flag & FLAG_COMMIT_OFFSET and h.commit_offset >= 0 and b.is_master():
-            b.meta.offsets.commit_offset(conn.remote_addr[0], h.group, h.topic, h.queue_id, h.commit_offset)
+        code = pull_code(st, h.queue_offset)
+        if not b.is_master():
+            code = self._answer_on_slave(sg, r, code, ext)
+        elif b.cfg.slave_read_enable:
+            ext["suggestWhichBrokerId"] = str(suggestion(sg, self._consumes_slowly(r)))
+        if allow_suspend and h.sys_flag & FLAG_COMMIT_OFFSET and h.commit_offset >= 0:
+            self._commit_offset(conn, h)
         if code == ResponseCode.PULL_NOT_FOUND and allow_suspend and h.sys_flag & FLAG_SUSPEND:
             return None
         if code == ResponseCode.SUCCESS:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -13,6 +12,7 @@ from brokerd.message import MessageInner
 from brokerd.metadata.names import RETRY_GROUP_TOPIC_PREFIX, RMQ_SYS_SCHEDULE_TOPIC, RMQ_SYS_TRANS_HALF_TOPIC, dlq_topic
 from brokerd.metadata.topic import PERM_WRITE, TopicConfig, validate_topic
 from brokerd.native import native
+from brokerd.processors.put_codes import PUT_STATUS_CODES, STORED_CODES
 from brokerd.processors.send_lane import SendLane
 from brokerd.processors.transaction import is_half_request, to_half
 from brokerd.remoting.codes import ResponseCode
@@ -29,16 +29,6 @@ NOT_ALLOWED_SEND_TOPICS = frozenset({RMQ_SYS_SCHEDULE_TOPIC, "RMQ_SYS_TRANS_HALF
 V1_FIELDS = ("producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag", "bornTimestamp",
              "flag", "properties", "reconsumeTimes", "unitMode", "maxReconsumeTimes", "batch")
 V2_FIELDS = ("a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m")
-
-PUT_STATUS_CODES = {
-    PutStatus.PUT_OK: ResponseCode.SUCCESS,
-    PutStatus.FLUSH_DISK_TIMEOUT: ResponseCode.FLUSH_DISK_TIMEOUT,
-    PutStatus.MESSAGE_ILLEGAL: ResponseCode.MESSAGE_ILLEGAL,
-    PutStatus.PROPERTIES_SIZE_EXCEEDED: ResponseCode.MESSAGE_ILLEGAL,
-    PutStatus.SERVICE_NOT_AVAILABLE: ResponseCode.SERVICE_NOT_AVAILABLE,
-    PutStatus.OS_PAGE_CACHE_BUSY: ResponseCode.SYSTEM_BUSY,
-}
-
 
 @dataclass(slots=True)
 class SendHeader:
@@ -238,7 +228,7 @@ class SendProcessor:
     def _answer(self, cmd: RemotingCommand, res: PutMessageResult, queue_id: int, uniq: str) -> RemotingCommand:
         code = PUT_STATUS_CODES.get(res.status, ResponseCode.SYSTEM_ERROR)
         stats = self.broker.stats
-        if code == ResponseCode.SUCCESS or code == ResponseCode.FLUSH_DISK_TIMEOUT:
+        if code in STORED_CODES:
             stats.msgs_in += res.msg_num
             stats.bytes_in += res.wrote_bytes
             cfg = self.broker.cfg
@@ -255,25 +245,23 @@ class SendProcessor:
             return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE,
                                 "service not available now: the disk is full or over its quota")
         if len(msgs) == 1:
-            msg = msgs[0]
-            uniq = msg.properties.get(m.UNIQ_KEY, "")
-            res, flushed = store.put_message_deferred(msg)
-            if flushed is None:
-                return self._answer(cmd, res, queue_id, uniq)
-            # SYNC_FLUSH: answer from the flush callback (group commit), no task per message
-            out: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
+            uniq = msgs[0].properties.get(m.UNIQ_KEY, "")
+            res = store.append_message(msgs[0])
+        else:
+            uniq = ",".join(x.properties.get(m.UNIQ_KEY, "") for x in msgs)
+            res = store.append_messages(msgs)
+        if res.status is not PutStatus.PUT_OK:
+            return self._answer(cmd, res, queue_id, uniq)
+        ack = self.broker.acks.wait(res.end_offset, msgs[0].properties.get(m.WAIT) != "false")
+        if isinstance(ack, PutStatus):
+            res.status = ack
+            return self._answer(cmd, res, queue_id, uniq)
+        # wait for the flush (group commit) and/or the replicas: answer from the callback, no task per message
+        out: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
 
-            def done(f: asyncio.Future[bool]) -> None:
-                if not out.done():
-                    if f.cancelled() or not f.result():
-                        res.status = PutStatus.FLUSH_DISK_TIMEOUT
-                    out.set_result(self._answer(cmd, res, queue_id, uniq))
-            flushed.add_done_callback(done)
-            return out
-        uniq = ",".join(x.properties.get(m.UNIQ_KEY, "") for x in msgs)
-        return self._put_async(cmd, store.put_messages(msgs), queue_id, uniq)
-
-    async def _put_async(self, cmd: RemotingCommand, put: Awaitable[PutMessageResult], queue_id: int,
-                         uniq: str) -> RemotingCommand:
-        return self._answer(cmd, await put, queue_id, uniq)
-
+        def done(f: asyncio.Future[PutStatus]) -> None:
+            if not out.done():
+                res.status = PutStatus.FLUSH_SLAVE_TIMEOUT if f.cancelled() else f.result()
+                out.set_result(self._answer(cmd, res, queue_id, uniq))
+        ack.add_done_callback(done)
+        return out

@@ -31,8 +31,10 @@ from brokerd.message import ipv4_bytes
 from brokerd.metadata.names import RETRY_GROUP_TOPIC_PREFIX
 from brokerd.metadata.topic import PERM_WRITE, TopicConfig
 from brokerd.native import native
+from brokerd.processors.put_codes import PUT_STATUS_CODES, STORED_CODES
 from brokerd.remoting.codec import FrameDecoder
 from brokerd.remoting.codes import ResponseCode
+from brokerd.remoting.command import RemotingCommand
 from brokerd.remoting.connection import Connection
 from brokerd.store.flags import WRITE_LOGICS_QUEUE_ERROR
 from brokerd.store.results import PutStatus
@@ -133,7 +135,9 @@ class SendLane:
         f = files[-1]
         lane = self._lane
         remote = conn.remote_addr
-        answers: list[bytes | memoryview] = out if not lane.sync else []
+        waits = self.broker.acks.may_wait  # SYNC_FLUSH and/or replica acks: answers wait for them
+        lane.sync = waits
+        answers: list[bytes | memoryview] = out if not waits else []
         try:
             pos, stop = lane.run(buf, pos, f.fd, f.base, f.wrote, f.size, ipv4_bytes(remote[0]), remote[1], answers,
                                  conn.max_frame, self._notes)  # fmt: skip
@@ -151,33 +155,37 @@ class SendLane:
         if self._notes:
             self._wake_listeners(store)
         if answers is not out and answers:
-            self._answer_when_flushed(conn, answers, f.base + lane.wrote)
+            self._answer_when_acked(conn, answers, f.base + lane.wrote)
         return pos
 
-    def _answer_when_flushed(self, conn: Connection, answers: list[bytes | memoryview], end: int) -> None:
-        """SYNC_FLUSH: the answers of one read go out once the log is durable up to their last record."""
-        store = self.broker.store
-        services = store.services
-        if services is None or end <= store.flushed_offset:  # as put_message_deferred: nothing to wait for
-            conn.write_frames(answers)
+    def _answer_when_acked(self, conn: Connection, answers: list[bytes | memoryview], end: int) -> None:
+        """The answers of one read go out once the broker's put acknowledgement (flush and/or replicas, the same
+        ``PutAcks`` the Python path uses) covers their last record; with its failure status otherwise."""
+        ack = self.broker.acks.wait(end)
+        if isinstance(ack, PutStatus):
+            self._write_answers(conn, answers, ack)
             return
-        fut = services.wait_flushed(end)
-        conn.inflight.add(fut)  # a broker being removed finishes these requests first
+        conn.inflight.add(ack)  # a broker being removed finishes these requests first
 
-        def done(f: asyncio.Future[bool]) -> None:
+        def done(f: asyncio.Future[PutStatus]) -> None:
             conn.inflight.discard(f)
-            self._write_answers(conn, answers, not f.cancelled() and f.result())
+            self._write_answers(conn, answers, PutStatus.FLUSH_SLAVE_TIMEOUT if f.cancelled() else f.result())
 
-        fut.add_done_callback(done)
+        ack.add_done_callback(done)
 
-    @staticmethod
-    def _write_answers(conn: Connection, answers: list[bytes | memoryview], durable: bool) -> None:
-        if durable:
+    def _write_answers(self, conn: Connection, answers: list[bytes | memoryview], status: PutStatus) -> None:
+        if status is PutStatus.PUT_OK:
             conn.write_frames(answers)
             return
-        for cmd in FrameDecoder().feed(b"".join(answers)):  # as the Python path: same fields, timeout code
-            cmd.code = ResponseCode.FLUSH_DISK_TIMEOUT
-            cmd.remark = PutStatus.FLUSH_DISK_TIMEOUT.name
+        code = PUT_STATUS_CODES.get(status, ResponseCode.SYSTEM_ERROR)
+        stored = code in STORED_CODES
+        for cmd in FrameDecoder().feed(b"".join(answers)):  # as the Python path answers the same status
+            if stored:
+                cmd.code, cmd.remark = code, status.name
+            else:
+                cmd = RemotingCommand(code=code, opaque=cmd.opaque, flag=cmd.flag,
+                                      remark=f"put message failed: {status.name}")
+                self.broker.stats.errors += 1
             conn.write(cmd)
 
     def _settle(self, f: MappedFile, lane: Any) -> None:

@@ -189,8 +189,9 @@ class CommitLog:
     # ------------------------------------------------------------ raw append (replication)
 
     def append_raw(self, offset: int, data: bytes | memoryview) -> None:
-        """Write raw log bytes at ``offset`` (== max_offset), splitting at segment boundaries."""
-        if offset != self.max_offset:
+        """Write raw log bytes at ``offset`` (== max_offset; an empty log may start at any segment start), splitting
+        at segment boundaries."""
+        if offset != self.max_offset and (self.files or offset % self.segment_size):
             raise ValueError(f"raw append at {offset} but the log ends at {self.max_offset}")
         mv = memoryview(data)
         pos = 0

@@ -182,6 +182,21 @@ class ConsumeQueue:
     def roll_next_file(self, offset: int) -> int:
         return offset + self.units_per_file - offset % self.units_per_file
 
+    def visible_max_offset(self, phys_limit: int) -> int:
+        """The max offset a reader may see when only records ending at or below ``phys_limit`` are visible
+        (entries are in commit-log order, so a binary search from the tail)."""
+        lo, hi = self.min_offset, self.max_offset
+        if lo >= hi or self.last_phys_end() <= phys_limit:
+            return hi
+        while lo < hi:
+            mid = (lo + hi) // 2
+            e = self.entry(mid)
+            if e is not None and e[1] > 0 and e[0] + e[1] > phys_limit:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
     def last_phys_end(self) -> int:
         e = self.entry(self.max_offset - 1) if self.max_offset > self.min_offset else None
         return e[0] + e[1] if e else -1

@@ -11,7 +11,11 @@
       ``confirm_offset``    replicated/committed end (``set_confirm_offset``; without one: flushed with SYNC_FLUSH,
                             else the max offset)
   * dispatch itself: ``dispatch_inline`` for a record the store just appended (the hot path), ``reput`` for
-    records read back from the log (recovery, replication, the confirm-offset hold).
+    records read back from the log (recovery, replication).
+  * the confirm hold (``behind_confirm``): records are dispatched at once, but readers see only those ending at
+    or below the confirm offset (``read_limit``) and dispatch listeners hear of an entry only once it is
+    confirmed (``pending``: the newest unconfirmed entry per queue, released by ``set_confirm_offset``). So the
+    hot path (and the C send lane) write consume queues inline whether or not the hold is on.
 
 The store owns one ``Dispatcher`` for its life (listeners and the confirm override survive a restart); ``attach``
 points it at the components of each start. Single writer: the store's event loop thread (or its recovery thread
@@ -63,7 +67,9 @@ class Dispatcher:
         self.valid_end = 0
         self.flushed = 0
         self.confirm_override: int | None = None
+        self.last_reput_timestamp = 0  # store timestamp of the last record ``reput`` dispatched
         self.behind_confirm = behind_confirm
+        self.pending: dict[tuple[str, int], tuple[int, int, int]] = {}  # (topic, qid) -> (qoff, tags, end)
         self.sync_flush = sync_flush
         self._delay_levels = delay_levels
         self._io_failed = io_failed
@@ -83,29 +89,38 @@ class Dispatcher:
         return self.flushed if self.sync_flush else self.commit_log.max_offset
 
     def set_confirm_offset(self, offset: int) -> None:
-        """Override the confirm offset (replication); with the hold on, dispatch up to it."""
+        """Override the confirm offset (replication); with the hold on, readers see up to it from now on."""
         self.confirm_override = offset
-        if self.behind_confirm:
-            self.reput(self.confirm_offset)
+        if self.pending:
+            self.release_pending()
 
     def set_behind_confirm(self, flag: bool) -> None:
-        """When set, consume queues/index are only dispatched up to ``confirm_offset``."""
+        """When set, readers see only records ending at or below ``confirm_offset``."""
         self.behind_confirm = flag
-        self.reput(self.confirm_offset if flag else self.commit_log.max_offset)
+        if self.pending:
+            self.release_pending()
+
+    def read_limit(self) -> int | None:
+        """Readers see the records ending at or below this; None: every dispatched record."""
+        if not self.behind_confirm:
+            return None
+        confirm = self.confirm_offset
+        return confirm if confirm < self.dispatched else None
 
     def set_positions(self, *, dispatched: int, valid_end: int, flushed: int, confirm_cap: int | None = None) -> None:
         """Set the positions at once (truncation); ``confirm_cap`` lowers a confirm override above it."""
         self.dispatched, self.valid_end, self.flushed = dispatched, valid_end, flushed
         if self.confirm_override is not None and confirm_cap is not None:
             self.confirm_override = min(self.confirm_override, confirm_cap)
+        self.pending = {k: v for k, v in self.pending.items() if v[2] <= dispatched}
 
     def flushed_to(self, target: int) -> None:
-        """The flush service made the log durable up to ``target``; with the confirm hold under SYNC_FLUSH and no
-        override, dispatch up to the new flushed position."""
+        """The flush service made the log durable up to ``target`` (under SYNC_FLUSH without an override that is
+        the confirm offset: release what it confirms)."""
         if target > self.flushed:
             self.flushed = min(target, self.commit_log.max_offset)
-        if self.behind_confirm and self.sync_flush and self.confirm_override is None:
-            self.reput(self.flushed)
+        if self.pending and self.sync_flush and self.confirm_override is None:
+            self.release_pending()
 
     # ------------------------------------------------------------ dispatch of an appended record (hot path)
 
@@ -133,19 +148,30 @@ class Dispatcher:
             return
         self.dispatched = phys + size
         if to_cq and self.listeners:
-            for cb in self.listeners:
-                try:
-                    cb(key[0], key[1], qoff, tags)
-                except Exception:  # noqa: BLE001 - a broken listener must not fail the put
-                    self._log.exception("dispatch_listener_failed", topic=key[0], queue_id=key[1])
+            self.notify(key[0], key[1], qoff, tags, phys + size)
 
-    def notify(self, topic: str, queue_id: int, queue_offset: int, tags: int) -> None:
-        """Tell every listener a consume-queue entry landed (a failing listener is logged, not raised)."""
+    def notify(self, topic: str, queue_id: int, queue_offset: int, tags: int, end: int | None = None) -> None:
+        """Tell every listener a consume-queue entry landed (a failing listener is logged, not raised). With the
+        confirm hold, an entry whose record ends past the confirm offset (``end``; None: the log's valid end)
+        waits in ``pending`` until it is confirmed."""
+        if self.behind_confirm:
+            end = self.valid_end if end is None else end
+            if end > self.confirm_offset:
+                self.pending[(topic, queue_id)] = (queue_offset, tags, end)
+                return
         for cb in self.listeners:
             try:
                 cb(topic, queue_id, queue_offset, tags)
             except Exception:  # noqa: BLE001 - a broken listener must not fail the put
                 self._log.exception("dispatch_listener_failed", topic=topic, queue_id=queue_id)
+
+    def release_pending(self) -> None:
+        """Notify the held entries the confirm offset now covers (all of them when the hold is off)."""
+        limit = self.confirm_offset if self.behind_confirm else None
+        due = [k for k, v in self.pending.items() if limit is None or v[2] <= limit]
+        for key in due:
+            qoff, tags, end = self.pending.pop(key)
+            self.notify(key[0], key[1], qoff, tags, end)
 
     # ------------------------------------------------------------ dispatch from the log
 
@@ -161,6 +187,7 @@ class Dispatcher:
                 continue
             try:
                 info = parse_for_dispatch(f.mm, pos, size)
+                self.last_reput_timestamp = info.store_ts
                 self._dispatch_parsed(info.topic, info.queue_id, info.queue_offset, info.sys_flag, info.store_ts,
                                       info.properties, rec_phys, size)  # fmt: skip
             except (OSError, ValueError) as exc:
@@ -177,7 +204,7 @@ class Dispatcher:
             key = (topic, qid)
             if self.next_queue_offsets.get(key, 0) <= qoff:
                 self.next_queue_offsets[key] = qoff + 1
-            self.notify(topic, qid, qoff, tags)
+            self.notify(topic, qid, qoff, tags, phys + size)
         if self.index is not None and tx != TRANSACTION_ROLLBACK_TYPE:
             keys = message_keys(props)
             if keys:

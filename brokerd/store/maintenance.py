@@ -19,7 +19,6 @@ import time
 from brokerd.message import MAGIC_BLANK, CorruptRecordError, verify_record
 from brokerd.store.flags import DISK_FULL
 from brokerd.store.protocols import MaintainedStore
-from brokerd.store.queue_store import parse_for_dispatch
 
 _SIZE_MAGIC = struct.Struct(">ii")
 
@@ -150,15 +149,19 @@ def validate_raw(buf: bytes, base_phys: int, segment_size: int) -> int:
 def append_raw(store: MaintainedStore, offset: int, data: bytes | memoryview) -> int:
     """Append raw commit-log bytes (a replication chunk, may end mid-record) and dispatch complete records.
 
-    ``offset`` must equal ``max_phy_offset``. Corrupt data raises ValueError and writes nothing.
+    ``offset`` must equal ``max_phy_offset`` (an empty store also takes a segment start: it begins there). Corrupt
+    data raises ValueError and writes nothing.
     Returns the new max physical offset.
     """
     log = store.commit_log
-    if offset != log.max_offset:
+    d = store.dispatcher
+    if not log.files and offset != log.max_offset and offset % log.segment_size == 0:
+        d.set_positions(dispatched=offset, valid_end=offset, flushed=offset)  # an empty slave starts where the
+        # master's log starts (its oldest segments expired)
+    elif offset != log.max_offset:
         raise ValueError(f"raw append at {offset} but the log ends at {log.max_offset}")
     if not store.running_flags.writeable:
         raise RuntimeError(f"store not writeable: {store.running_flags!r} {store.last_error or ''}")
-    d = store.dispatcher
     start = d.valid_end
     prefix = log.read_raw(start, offset) if offset > start else b""
     new_end = validate_raw(prefix + bytes(data), start, log.segment_size)
@@ -167,15 +170,8 @@ def append_raw(store: MaintainedStore, offset: int, data: bytes | memoryview) ->
     except OSError as exc:
         store.io_failed("append_raw", exc)
         raise
-    for _phys, f, pos, size in log.walk(start, new_end):
-        if size > 0:
-            info = parse_for_dispatch(f.mm, pos, size)
-            store.last_store_timestamp = max(store.last_store_timestamp, info.store_ts)
-            d.bump_next_offset(info.topic, info.queue_id, info.queue_offset, info.sys_flag)
     d.valid_end = new_end
-    if not d.behind_confirm:
-        d.reput(new_end)
-    else:
-        d.reput(d.confirm_offset)
+    d.reput(new_end)  # queue entries, index keys, next queue offsets (listeners wait for the confirm offset)
+    store.last_store_timestamp = max(store.last_store_timestamp, d.last_reput_timestamp)
     store.request_flush()
     return log.max_offset

@@ -142,6 +142,7 @@ class MessageStore:
         self._lock_fd: int | None = None
         self._good_topics: set[str] = set()
         self._max_body = cfg.max_message_size
+        self._append_listener: Callable[[], None] | None = None
 
     # ================================================================ lifecycle
 
@@ -205,10 +206,7 @@ class MessageStore:
         d = self.dispatcher
         d.dispatched = res.start
         d.valid_end = res.end
-        limit = res.end
-        if d.behind_confirm and cp is not None:
-            limit = min(res.end, max(cp.logics_offset, res.start))
-        d.reput(limit)
+        d.reput(res.end)
         self.rebuild_next_offsets()
         self.queue_store.correct_min(self.commit_log.min_offset)
         self.commit_log.sync_range(self.commit_log.files_between(res.start, res.end))
@@ -274,6 +272,15 @@ class MessageStore:
             return res, None
         return res, services.wait_flushed(end)
 
+    def append_message(self, msg: MessageInner) -> PutMessageResult:
+        """Append now and never wait, whatever the flush mode: the caller decides what to wait for
+        (the broker's put acknowledgement: flush and/or replicas) from the result's end offset."""
+        return self._put_one(msg)
+
+    def append_messages(self, msgs: list[MessageInner]) -> PutMessageResult:
+        """``append_message`` for a batch: all or nothing validated first, consecutive queue offsets."""
+        return self._append_batch(msgs)
+
     def put_message_nowait(self, msg: MessageInner) -> PutMessageResult | None:
         """Synchronous put when no flush wait is needed; None (nothing stored) when ``put_message`` must be awaited."""
         if self._sync_flush:
@@ -290,6 +297,12 @@ class MessageStore:
 
     async def put_messages(self, msgs: list[MessageInner]) -> PutMessageResult:
         """Store a batch: one record per message, consecutive queue offsets, one flush wait."""
+        res = self._append_batch(msgs)
+        if self._sync_flush and res.status is PutStatus.PUT_OK:
+            await self._await_flush(res, res.end_offset, msgs[0].properties.get(WAIT) != "false")
+        return res
+
+    def _append_batch(self, msgs: list[MessageInner]) -> PutMessageResult:
         if not msgs:
             return PutMessageResult(PutStatus.MESSAGE_ILLEGAL)
         if self._services is None or self.running_flags.bits & WRITE_BLOCKERS:
@@ -309,12 +322,9 @@ class MessageStore:
                 return r
             results.append(r)
         first, last = results[0], results[-1]
-        res = PutMessageResult(PutStatus.PUT_OK, first.wrote_offset, sum(r.wrote_bytes for r in results),
-                               ",".join(r.msg_id for r in results), first.queue_offset, first.store_timestamp,
-                               len(results))  # fmt: skip
-        if self._sync_flush:
-            await self._await_flush(res, last.wrote_offset + last.wrote_bytes, msgs[0].properties.get(WAIT) != "false")
-        return res
+        return PutMessageResult(PutStatus.PUT_OK, first.wrote_offset, sum(r.wrote_bytes for r in results),
+                                ",".join(r.msg_id for r in results), first.queue_offset, first.store_timestamp,
+                                len(results), last.end_offset)  # fmt: skip
 
     async def _await_flush(self, res: PutMessageResult, end: int, wait: bool) -> None:
         services = self._services
@@ -371,11 +381,11 @@ class MessageStore:
         if dispatchable:
             next_qoff[key] = qoff + 1
         d.valid_end = phys + size
-        if d.behind_confirm:
-            d.reput(d.confirm_offset)
-        elif not self.running_flags.bits & WRITE_LOGICS_QUEUE_ERROR:  # after a failed dispatch, recovery redoes it
+        if not self.running_flags.bits & WRITE_LOGICS_QUEUE_ERROR:  # after a failed dispatch, recovery redoes it
             d.dispatch_inline(msg, key, phys, size, qoff, ts, dispatchable)
-        return PutMessageResult(PutStatus.PUT_OK, phys, size, f"{self._id_prefix}{phys:016X}", qoff, ts, 1)
+        if self._append_listener is not None:
+            self._append_listener()
+        return PutMessageResult(PutStatus.PUT_OK, phys, size, f"{self._id_prefix}{phys:016X}", qoff, ts, 1, phys + size)
 
     def rebuild_next_offsets(self) -> None:
         """Recompute every next queue offset from the consume queues and the undispatched log (after recovery or
@@ -406,11 +416,16 @@ class MessageStore:
                     tag_filter: Callable[[int], bool] | None = None,
                     record_filter: Callable[[bytes], bool] | None = None) -> GetMessageResult:  # fmt: skip
         return reader.get_message(self.commit_log, self.queue_store.get(topic, queue_id), self.cfg, offset,
-                                  max_msg_nums, max_msg_bytes, tag_filter, record_filter)  # fmt: skip
+                                  max_msg_nums, max_msg_bytes, tag_filter, record_filter,
+                                  self.dispatcher.read_limit())  # fmt: skip
 
     def max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        """The next offset a consumer can see (with the confirm hold: of the confirmed records)."""
         cq = self.queue_store.get(topic, queue_id)
-        return cq.max_offset if cq is not None else 0
+        if cq is None:
+            return 0
+        limit = self.dispatcher.read_limit()
+        return cq.max_offset if limit is None else cq.visible_max_offset(limit)
 
     def min_offset_in_queue(self, topic: str, queue_id: int) -> int:
         cq = self.queue_store.get(topic, queue_id)
@@ -447,7 +462,8 @@ class MessageStore:
         return self.commit_log.read(phys_offset, size)
 
     def query_message(self, topic: str, key: str, max_num: int, begin_ts: int, end_ts: int) -> QueryMessageResult:
-        return reader.query_message(self.commit_log, self.index, topic, key, max_num, begin_ts, end_ts)
+        return reader.query_message(self.commit_log, self.index, topic, key, max_num, begin_ts, end_ts,
+                                    self.dispatcher.read_limit())
 
     def topics(self) -> list[str]:
         return self.queue_store.topics()
@@ -503,6 +519,11 @@ class MessageStore:
     def add_dispatch_listener(self, cb: DispatchListener) -> None:
         self.dispatcher.listeners.append(cb)
 
+    def set_append_listener(self, cb: Callable[[], None] | None) -> None:
+        """``cb()`` after every local append (one message, or one run of the C send lane); not after
+        ``append_raw``. Replication pushes new bytes from it; it must be cheap and must not append."""
+        self._append_listener = cb
+
     # ================================================================ the C send lane (processors/send_lane.py)
 
     @property
@@ -512,8 +533,8 @@ class MessageStore:
 
     @property
     def lane_open(self) -> bool:
-        """A put now would be appended and dispatched at once (no error flag, no confirm-offset hold)."""
-        return self.is_writeable() and not self.dispatcher.behind_confirm
+        """A put now would be appended and dispatched at once (no error flag)."""
+        return self.is_writeable()
 
     def lane_binding(self) -> LaneBinding:
         """The state the lane updates in place: next queue offsets, dispatch listeners, the key-index put."""
@@ -530,6 +551,8 @@ class MessageStore:
         if dispatched_end >= 0:
             d.dispatched = dispatched_end
         self.commit_log.appended(f, end, store_ts)
+        if self._append_listener is not None:
+            self._append_listener()
 
     def notify_dispatched(self, topic: str, queue_id: int, queue_offset: int, tags: int) -> None:
         """Tell the dispatch listeners about entries the lane wrote (a failing listener is logged)."""
@@ -586,6 +609,20 @@ class MessageStore:
         cp = Checkpoint(d.flushed, d.dispatched, self.last_store_timestamp, False)
         if self._services is not None:
             self._services.save_checkpoint_now(cp)
+
+    @property
+    def sync_flush(self) -> bool:
+        """SYNC_FLUSH: a put is acknowledged once the log is durable up to its end."""
+        return self._sync_flush
+
+    def wait_flushed(self, end: int) -> asyncio.Future[bool]:
+        """Future: True once the log is durable up to ``end`` (group commit), False on timeout or when stopped."""
+        services = self._services
+        if services is None:
+            fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+            fut.set_result(False)
+            return fut
+        return services.wait_flushed(end)
 
     def request_flush(self) -> None:
         if self._services is not None:

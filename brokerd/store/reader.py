@@ -29,14 +29,17 @@ def get_message(
     max_msg_bytes: int,
     tag_filter: Callable[[int], bool] | None,
     record_filter: Callable[[bytes], bool] | None = None,
+    phys_limit: int | None = None,
 ) -> GetMessageResult:
     """Up to ``max_msg_nums`` stored records from ``offset``: ``tag_filter`` tests consume-queue tag codes before a
     record is read, ``record_filter`` the record itself (SQL92 on its properties); a record either rejects is
-    skipped, and ``next_begin_offset`` moves past it."""
+    skipped, and ``next_begin_offset`` moves past it. With ``phys_limit`` only records ending at or below it
+    exist for the reader (the confirm offset: consumers never see unreplicated data)."""
     S = GetMessageStatus
     if cq is None:
         return GetMessageResult(S.NO_MATCHED_LOGIC_QUEUE, next_begin_offset=0)
-    min_o, max_o = cq.min_offset, cq.max_offset
+    min_o = cq.min_offset
+    max_o = cq.max_offset if phys_limit is None else cq.visible_max_offset(phys_limit)
     res = GetMessageResult(S.NO_MATCHED_MESSAGE, next_begin_offset=offset, min_offset=min_o, max_offset=max_o)
     if max_o == 0:
         res.status, res.next_begin_offset = S.NO_MESSAGE_IN_QUEUE, 0
@@ -47,7 +50,7 @@ def get_message(
     elif offset > max_o:
         res.status, res.next_begin_offset = S.OFFSET_OVERFLOW_BADLY, max_o
     else:
-        _scan(log, cq, cfg, offset, max(1, max_msg_nums), max_msg_bytes, tag_filter, record_filter, res)
+        _scan(log, cq, cfg, offset, max_o, max(1, max_msg_nums), max_msg_bytes, tag_filter, record_filter, res)
     return res
 
 
@@ -56,6 +59,7 @@ def _scan(
     cq: ConsumeQueue,
     cfg: StoreConfig,
     offset: int,
+    max_o: int,
     max_msg_nums: int,
     max_msg_bytes: int,
     tag_filter: Callable[[int], bool] | None,
@@ -64,7 +68,7 @@ def _scan(
 ) -> None:
     S = GetMessageStatus
     filter_bytes = min(max(_MIN_FILTER_BYTES, max_msg_nums * CQ_UNIT_SIZE), _MAX_FILTER_BYTES)
-    scan_end = min(cq.max_offset, offset + filter_bytes // CQ_UNIT_SIZE + 1)
+    scan_end = min(max_o, offset + filter_bytes // CQ_UNIT_SIZE + 1)
     entries = cq.iter_from(offset, scan_end)
     if entries is None:
         res.status, res.next_begin_offset = S.OFFSET_FOUND_NULL, cq.roll_next_file(offset)
@@ -163,7 +167,8 @@ def _record_matches(data: bytes, topic: str, key: str) -> bool:
 
 
 def query_message(
-    log: CommitLog, index: IndexService | None, topic: str, key: str, max_num: int, begin_ts: int, end_ts: int
+    log: CommitLog, index: IndexService | None, topic: str, key: str, max_num: int, begin_ts: int, end_ts: int,
+    phys_limit: int | None = None,
 ) -> QueryMessageResult:
     res = QueryMessageResult()
     if index is None or max_num <= 0:
@@ -171,7 +176,7 @@ def query_message(
     res.index_last_update_timestamp, res.index_last_update_phyoffset = index.last_update
     for phys in index.query(topic, key, max_num, begin_ts, end_ts):
         size = log.record_size_at(phys)
-        if size <= 0:
+        if size <= 0 or (phys_limit is not None and phys + size > phys_limit):
             continue
         data = log.read(phys, size)
         if data is not None and _record_matches(data, topic, key):

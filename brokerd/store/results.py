@@ -15,6 +15,10 @@ class PutStatus(enum.Enum):
     CREATE_MAPPED_FILE_FAILED = "CREATE_MAPPED_FILE_FAILED"
     UNKNOWN_ERROR = "UNKNOWN_ERROR"
     OS_PAGE_CACHE_BUSY = "OS_PAGE_CACHE_BUSY"
+    # replication outcomes (the put is stored locally; RocketMQ's PutMessageStatus names)
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
+    IN_SYNC_REPLICAS_NOT_ENOUGH = "IN_SYNC_REPLICAS_NOT_ENOUGH"
 
 
 @dataclass(slots=True)
@@ -26,6 +30,7 @@ class PutMessageResult:
     queue_offset: int = 0
     store_timestamp: int = 0
     msg_num: int = 0
+    end_offset: int = 0  # commit-log end of the last record (what a flush / replica wait is for)
 
     @property
     def ok(self) -> bool:
