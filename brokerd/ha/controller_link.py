@@ -49,6 +49,16 @@ class LinkConfig:
     heartbeat_timeout_ms: int = 10_000  # controllerHeartBeatTimeoutMills (sent in the heartbeat)
     sync_broker_metadata_period_ms: int = 5000  # syncBrokerMetadataPeriod
     election_priority: int = 2**31 - 1  # brokerElectionPriority (lower wins among equals)
+    startup_elect_delay_ms: int = 2000  # per priority step above 1: see ``first_election_delay_s``
+
+    def first_election_delay_s(self) -> float:
+        """A set that never had a master elects the first broker that asks. A broker with an explicit
+        brokerElectionPriority above 1 asks only after (priority - 1) × ``startup_elect_delay_ms`` (at most
+        4 steps), so the preferred broker of a cross deployment wins whatever order the containers start in.
+        Default priorities (all equal) never wait."""
+        if self.election_priority <= 1 or self.election_priority >= 2**31 - 1:
+            return 0.0
+        return min(self.election_priority - 1, 4) * self.startup_elect_delay_ms / 1000.0
 
 
 @dataclass(frozen=True)
@@ -134,6 +144,11 @@ class ControllerLink:
                           master_epoch=info.master_epoch)  # fmt: skip
             self._tasks.append(asyncio.create_task(self._heartbeat_loop()))
             await self._send_heartbeats()
+            delay = self.cfg.first_election_delay_s()
+            if info.master_id is None and info.master_epoch == 0 and delay > 0:
+                await asyncio.sleep(delay)  # sleep-ok: let the preferred broker win the first election
+                self.request_poll()  # the poll loop below applies whatever the controller says by then
+                continue
             await self.apply(info, time.monotonic_ns() // 1_000_000)
         await self._poll_loop()
 
@@ -159,7 +174,10 @@ class ControllerLink:
             root.mkdir(parents=True, exist_ok=True)
             _write_durable(tmp, f"{applied}#{code}")
         ext = {**self._names(), "appliedBrokerId": str(applied), "registerCheckCode": code}
-        self._ok(await self.client.leader_call(RequestCode.CONTROLLER_APPLY_BROKER_ID, ext, idempotent=True))
+        resp = await self.client.leader_call(RequestCode.CONTROLLER_APPLY_BROKER_ID, ext, idempotent=True)
+        if resp.code == RC.CONTROLLER_BROKER_ID_INVALID:  # another broker took that id first: ask again
+            tmp.unlink(missing_ok=True)
+        self._ok(resp)
         _write_durable(path, f"{self.cfg.cluster}#{self.cfg.broker_name}#{applied}")
         tmp.unlink(missing_ok=True)
         return applied

@@ -11,7 +11,7 @@ import asyncio
 import itertools
 import socket
 from collections.abc import Iterable
-from typing import Protocol
+from typing import Protocol, cast
 
 from brokerd.ha.wire import Body
 
@@ -35,15 +35,14 @@ class HAConnection(asyncio.Protocol):
         self.closed = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-        sock = transport.get_extra_info("socket")
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's transports don't subclass asyncio's
+        sock = self.transport.get_extra_info("socket")
         if sock is not None:
             try:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             except OSError:
                 pass
-        peer = transport.get_extra_info("peername")
+        peer = self.transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         self.sink.conn_made(self)
 

@@ -7,7 +7,7 @@ Runs in its own venv (.venv-client). Prints one JSON object per line:
 Environment: NAMESRV, TOPIC, GROUP, COUNT, TAG (or TAGS=a,b for round-robin), DELAY_LEVEL, EXPR, TIMEOUT,
 FAIL_TIMES (push: answer RECONSUME_LATER for each message until it was delivered FAIL_TIMES+1 times),
 FAIL_ALL=1 (push: always fail), START_AT (produce: first index), STOP_AFTER (push: exit after N deliveries),
-BODY_SIZE (produce: pad bodies to this many bytes).
+BODY_SIZE (produce: pad bodies to this many bytes), PACE_MS (produce: pause between sends).
 """
 import json
 import os
@@ -46,6 +46,7 @@ def produce():
     start = int(E.get("START_AT", "0"))
     size = int(E.get("BODY_SIZE", "0"))
     delay = int(E.get("DELAY_LEVEL", "0"))
+    pace = float(E.get("PACE_MS", "0")) / 1000.0
     ok = 0
     for i in range(start, start + COUNT):
         msg = rc.Message(TOPIC)
@@ -69,6 +70,8 @@ def produce():
               "sent_at_ms": int(t0 * 1000)})
         if res.status == rc.SendStatus.OK:
             ok += 1
+        if pace:
+            time.sleep(pace)  # sleep-ok: client-side pacing in the test client, not synchronisation
     p.shutdown()
     emit({"sent_ok": ok})
     return 0 if ok == COUNT else 1

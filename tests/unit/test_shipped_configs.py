@@ -8,7 +8,7 @@ import pathlib
 import pytest
 
 from brokerd.broker_config import load_broker_config
-from brokerd.config_file import ConfigError
+from brokerd.config_file import ConfigError, read_properties
 from container.config import load_container_config
 
 CONF = pathlib.Path(__file__).resolve().parents[2] / "conf"
@@ -38,6 +38,24 @@ def test_cross_deployment_examples(topology: str, containers: int, replicas: int
         assert len(members) == replicas
         assert sorted(i for i, _ in members) == list(range(replicas)), name
         assert [r for i, r in members if i == 0] == ["SYNC_MASTER"]
+
+
+@pytest.mark.parametrize("topology,containers", [("2c-1m1s", 2), ("3c-1m2s", 3)])
+def test_cross_deployments_run_in_controller_mode_with_the_shipped_controllers(topology: str, containers: int) -> None:
+    """The HA deployments point at conf/controller/3n (controllers and their name-server role), acknowledge only
+    what the whole sync state set holds, and prefer the configured master at elections."""
+    peers, namesrvs = [], []
+    for i in range(3):
+        props = read_properties(str(CONF / "controller" / "3n" / f"controller-n{i}.conf"))
+        peers = [p.split("-", 1)[1] for p in props["controllerDLegerPeers"].split(";")]
+        namesrvs.append(f"127.0.0.1:{props['namesrvListenPort']}")
+    for i in range(1, containers + 1):
+        cfg = load_container_config(str(CONF / "container" / topology / f"container-{i}.conf"))
+        assert cfg.namesrv_addrs == namesrvs and not cfg.embedded_namesrv_enable
+        for p in cfg.broker_paths:
+            b = load_broker_config(p)
+            assert b.enable_controller_mode and b.controller_addrs == peers and b.all_ack_in_sync_state_set
+            assert b.broker_election_priority == b.broker_id + 1
 
 
 def test_invalid_value_names_the_key(tmp_path: pathlib.Path) -> None:
