@@ -110,7 +110,10 @@ class ConsumeQueue:
         byte_pos = queue_offset * CQ_UNIT_SIZE
         f = self.files[-1] if self.files else None
         if f is None or byte_pos >= f.end or byte_pos < f.base:
+            empty = not self.files
             f = self._file_for_write(byte_pos)
+            if empty:  # a replica that starts mid-log: the queue begins at its first entry, not its file's start
+                self.min_offset = queue_offset
         ENTRY.pack_into(f.mm, byte_pos - f.base, phys, size, tags_code)
         if queue_offset >= self.max_offset:
             self.max_offset = queue_offset + 1
