@@ -270,6 +270,9 @@ class Broker:
             return "degraded", err or "store not writeable: " + ",".join(self.store.running_flags.names())
         return self.status, err
 
+    def ha_status(self) -> dict[str, Any]:
+        return self.replication.status()
+
     def config_properties(self) -> dict[str, str]:
         return config_to_properties(self.cfg)
 

@@ -9,7 +9,7 @@ host → admin / metrics / quota → context.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Protocol
+from typing import Any, Protocol
 
 from brokerd.broker_config import BrokerConfig
 from brokerd.remoting.connection import Handler
@@ -88,6 +88,10 @@ class HostedBroker(Protocol):
 
     def health(self) -> tuple[str, str]:
         """(status, last error)."""
+        ...
+
+    def ha_status(self) -> dict[str, Any]:
+        """Replication state (brokerd.replication.BrokerReplication.status: role, epoch, confirm offset, ...)."""
         ...
 
 

@@ -21,6 +21,16 @@ COUNTERS: tuple[tuple[str, str, str, Callable[[HostedBroker], int]], ...] = (
      lambda b: b.store.logical_usage_bytes()),
     ("rocketmq_commitlog_max_offset", "gauge", "Commit log max physical offset", lambda b: b.store.max_phy_offset),
     ("rocketmq_store_writeable", "gauge", "1 when the store accepts writes", lambda b: int(b.store.is_writeable())),
+    ("rocketmq_ha_master", "gauge", "1 while the broker is its set's master", lambda b: int(b.ha_status()["role"] == "MASTER")),
+    ("rocketmq_ha_master_epoch", "gauge", "The master epoch the broker acts on", lambda b: b.ha_status()["masterEpoch"]),
+    ("rocketmq_ha_confirm_offset", "gauge", "Commit-log offset consumers may read up to (replicated)",
+     lambda b: b.ha_status()["confirmOffset"]),
+    ("rocketmq_ha_sync_state_set_size", "gauge", "Members of the sync state set (master only)",
+     lambda b: len(b.ha_status().get("syncStateSet", []))),
+    ("rocketmq_ha_replica_wait_timeouts_total", "counter", "Sends answered FLUSH_SLAVE_TIMEOUT",
+     lambda b: b.ha_status()["replicaTimeouts"]),
+    ("rocketmq_ha_slave_connected", "gauge", "1 while a slave is connected to its master's HA port",
+     lambda b: int(bool(b.ha_status().get("connected")))),
 )
 
 
@@ -40,6 +50,16 @@ def render(container: BrokerDirectory) -> str:
             except Exception:  # noqa: BLE001 - a broken broker must not break the scrape of the others
                 continue
             lines.append(f'{name}{{broker="{_escape(ident)}"}} {value}')
+    lines.append("# HELP rocketmq_ha_slave_lag_bytes A master's max offset minus each connected slave's ack")
+    lines.append("# TYPE rocketmq_ha_slave_lag_bytes gauge")
+    for ident, slot in slots:
+        try:
+            st = slot.broker.ha_status()
+        except Exception:  # noqa: BLE001
+            continue
+        for sid, s in sorted(st.get("slaves", {}).items()):
+            lag = max(0, int(st["maxOffset"]) - int(s["ack"]))
+            lines.append(f'rocketmq_ha_slave_lag_bytes{{broker="{_escape(ident)}",slave="{_escape(sid)}"}} {lag}')
     lines.append("# HELP rocketmq_container_brokers Brokers hosted by this container")
     lines.append("# TYPE rocketmq_container_brokers gauge")
     lines.append(f"rocketmq_container_brokers {len(slots)}")
