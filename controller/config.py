@@ -55,6 +55,7 @@ class ControllerConfig:
     broker_heartbeat_timeout_ms: int = _k("brokerHeartbeatTimeoutMs", 3000, updatable=True)
     honor_broker_heartbeat_timeout: bool = _k("honorBrokerHeartbeatTimeout", False, updatable=True)
     channel_close_means_dead: bool = _k("channelCloseMeansBrokerDead", True, updatable=True)
+    channel_close_confirm_ms: int = _k("channelCloseConfirmMs", 400, updatable=True)
     liveness_tick_ms: int = _k("livenessTickMs", 50)
     raft_port_offset: int = _k("raftPortOffset", 1000)
     raft_election_timeout_ms: int = _k("raftElectionTimeoutMs", 500)

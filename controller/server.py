@@ -115,9 +115,24 @@ class ControllerServer:
         self.elector.on_revived(broker_name, broker_id)
 
     def on_heartbeat_channel_closed(self, keys: set[BrokerKey]) -> None:
+        """The connection heartbeats came over closed: its brokers are suspects at once, and dead unless a
+        heartbeat (on any connection) arrives within ``channelCloseConfirmMs`` (0: dead at once, as RocketMQ).
+        A killed broker never answers; a live one whose connection was merely reset heartbeats again within its
+        heartbeat interval, so a blip does not move its masters."""
         if not self.cfg.channel_close_means_dead:
             return
+        grace_ms = self.cfg.channel_close_confirm_ms
+        if grace_ms <= 0:
+            self._confirm_dead(keys, None)
+            return
+        closed_at = self.live.clock()
+        asyncio.get_running_loop().call_later(grace_ms / 1000.0, self._confirm_dead, keys, closed_at)
+
+    def _confirm_dead(self, keys: set[BrokerKey], closed_at: float | None) -> None:
         for name, bid in keys:
+            info = self.live.get(name, bid)
+            if info is None or (closed_at is not None and info.last_seen_ms > closed_at):
+                continue  # heard from since the close: alive
             if self.live.mark_dead(name, bid) is not None:
                 self.elector.on_dead(name, bid)
 

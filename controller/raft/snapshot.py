@@ -16,6 +16,7 @@ import zlib
 from pathlib import Path
 from typing import Final
 
+from brokerd import durability
 from brokerd.fsutil import fsync_path
 from controller.raft.storage import StorageCorruptionError
 from controller.raft.types import Snapshot
@@ -49,6 +50,8 @@ class SnapshotStore:
             write_all(fd, header + snap.data)
             if self.fsync:
                 os.fsync(fd)
+                if durability.ENABLED:
+                    durability.fd_synced(fd, tmp)
         finally:
             os.close(fd)
         os.replace(tmp, final)

@@ -24,6 +24,7 @@ from typing import Final
 import msgpack
 import structlog
 
+from brokerd import durability
 from brokerd.fsutil import fsync_path
 from controller.raft.storage import Record, StorageCorruptionError, WalState, replay
 
@@ -128,6 +129,8 @@ class WriteAheadLog:
             os.ftruncate(fd, valid)
             if self.fsync:
                 os.fsync(fd)
+                if durability.ENABLED:
+                    durability.fd_synced(fd, path, reset=True)
         finally:
             os.close(fd)
 
@@ -138,6 +141,8 @@ class WriteAheadLog:
         write_all(self._fd, b"".join(encode_record(r) for r in records))
         if sync and self.fsync:
             os.fdatasync(self._fd)
+            if durability.ENABLED:
+                durability.fd_synced(self._fd, self._segment(self._seq))
 
     def rotate(self, records: list[Record]) -> None:
         """Start a new segment holding exactly `records` (a full state) and delete the older ones."""
@@ -150,6 +155,8 @@ class WriteAheadLog:
             write_all(fd, b"".join(encode_record(r) for r in records))
             if self.fsync:
                 os.fsync(fd)
+                if durability.ENABLED:
+                    durability.fd_synced(fd, tmp)
         finally:
             os.close(fd)
         os.replace(tmp, final)

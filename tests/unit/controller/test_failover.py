@@ -74,6 +74,25 @@ async def test_closed_channel_triggers_election_immediately(h: Harness) -> None:
             await b.stop()
 
 
+async def test_a_closed_channel_followed_by_a_heartbeat_moves_nothing(h: Harness) -> None:
+    """A connection reset of a live broker: it heartbeats again on a new connection within the confirmation
+    window, so its set keeps its master; silence after a close fails over after the window."""
+    h.srv.update_config({"brokerHeartbeatTimeoutMs": "60000", "channelCloseConfirmMs": "300"})
+    brokers = await set_up(h, 2)
+    try:
+        await brokers[0].stop_beating(close_channel=True)
+        brokers[0].start_beating(0.05, max_offset=100)  # reconnects at once
+        await asyncio.sleep(0.6)  # sleep-ok: twice the window, during which nothing may change
+        assert h.sm.image.sets["b"].master_broker_id == 1 and h.sm.image.sets["b"].master_epoch == 1
+        await brokers[0].stop_beating(close_channel=True)
+        closed = asyncio.get_running_loop().time()
+        await wait_until(lambda: h.sm.image.sets["b"].master_broker_id == 2, 2.0, "failover after the window")
+        assert asyncio.get_running_loop().time() - closed >= 0.3
+    finally:
+        for b in brokers:
+            await b.stop()
+
+
 async def test_all_dead_then_a_replica_returns(h: Harness) -> None:
     brokers = await set_up(h, 2)
     try:
