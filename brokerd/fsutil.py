@@ -5,11 +5,16 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from brokerd import durability
+
 
 def fsync_path(path: str | Path) -> None:
     """fsync a file or a directory by path (a directory: its entries, e.g. after a create, rename or delete)."""
     fd = os.open(path, os.O_RDONLY)
     try:
+        note = durability.before_fd_sync(fd, path) if durability.ENABLED else None
         os.fsync(fd)
+        if note is not None:
+            durability.record(note)
     finally:
         os.close(fd)

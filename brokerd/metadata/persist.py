@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 import orjson
 import structlog
 
+from brokerd import durability
 from brokerd.fsutil import fsync_path
 
 T = TypeVar("T")
@@ -66,6 +67,8 @@ def _write_synced(path: str, data: bytes) -> None:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
+        if durability.ENABLED:
+            durability.content_synced(path)
 
 
 def _rotate_backup(path: str) -> None:
@@ -80,6 +83,8 @@ def _rotate_backup(path: str) -> None:
         shutil.copyfile(path, bak_tmp)
         with open(bak_tmp, "rb") as f:
             os.fsync(f.fileno())
+            if durability.ENABLED:
+                durability.content_synced(bak_tmp)
     os.replace(bak_tmp, bak)
 
 

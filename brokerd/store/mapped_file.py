@@ -27,6 +27,7 @@ from typing import Final
 
 import structlog
 
+from brokerd import durability
 from brokerd.native import native
 
 _ZERO_CHUNK: Final = 1 << 20
@@ -49,6 +50,7 @@ def sync_all(dirs: Iterable[Path], files: Iterable[MappedFile], *, missing_dirs_
     under its lock, so closing it meanwhile is harmless. Raises the first failure as OSError after trying all."""
     dir_fds: list[int] = []
     file_fds: list[int] = []
+    notes: list[durability.Note] | None = [] if durability.ENABLED else None
     try:
         for d in dirs:
             try:
@@ -56,10 +58,15 @@ def sync_all(dirs: Iterable[Path], files: Iterable[MappedFile], *, missing_dirs_
             except FileNotFoundError:
                 if not missing_dirs_ok:
                     raise
+                continue
+            if notes is not None:
+                notes.append(durability.before_fd_sync(dir_fds[-1], d))
         for f in files:
             with f.io_lock:
                 if not f.closed:
                     file_fds.append(os.dup(f.fd))
+                    if notes is not None:
+                        notes.append(durability.before_mapped_sync(f.fd, f.path, f.wrote, f.mm, f.size))
     except BaseException:
         for fd in dir_fds + file_fds:
             os.close(fd)
@@ -67,6 +74,8 @@ def sync_all(dirs: Iterable[Path], files: Iterable[MappedFile], *, missing_dirs_
     err = _sync_close(dir_fds, file_fds)
     if err:
         raise OSError(err, f"sync failed: {os.strerror(err)}")
+    for note in notes or ():
+        durability.record(note)
 
 
 def _sync_close_py(dir_fds: list[int], file_fds: list[int]) -> int:
@@ -186,6 +195,8 @@ class MappedFile:
             preallocate(self.fd, self.size)
             self.mm = mmap.mmap(self.fd, self.size)
             os.fdatasync(self.fd)
+            if durability.ENABLED:
+                durability.record(durability.before_fd_sync(self.fd, self.path, length=pos, reset=True))
             self.warmed = 0
 
     def zero_range(self, start: int, end: int) -> None:

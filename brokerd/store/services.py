@@ -15,9 +15,11 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import structlog
 
+from brokerd import durability
 from brokerd.store.checkpoint import Checkpoint, save_checkpoint
 from brokerd.store.flags import WRITE_LOGICS_QUEUE_ERROR
 from brokerd.store.mapped_file import sync_all
@@ -37,6 +39,12 @@ def shared_executor(kind: str) -> ThreadPoolExecutor:
 
 
 CHECKPOINT_INTERVAL_S = 60.0
+
+
+def write_checkpoint(path: Path, checkpoint: Checkpoint) -> None:
+    save_checkpoint(path, checkpoint)
+    if durability.ENABLED:  # durable now (fsynced, renamed, directory fsynced): keep its content for the harness
+        durability.content_synced(path)
 
 
 class StoreServices:
@@ -172,7 +180,7 @@ class StoreServices:
             if index is not None and idx_dirty is not None:
                 index.sync(idx_dirty)
             if save_cp:
-                save_checkpoint(store.checkpoint_path, checkpoint)
+                write_checkpoint(store.checkpoint_path, checkpoint)
 
         try:
             await asyncio.get_running_loop().run_in_executor(self.logics_executor, work)
@@ -187,7 +195,7 @@ class StoreServices:
 
     def save_checkpoint_now(self, checkpoint: Checkpoint) -> None:
         """Synchronously write a checkpoint, ordered after any logics flush in flight (loop thread blocks)."""
-        self.logics_executor.submit(save_checkpoint, self._store.checkpoint_path, checkpoint).result()
+        self.logics_executor.submit(write_checkpoint, self._store.checkpoint_path, checkpoint).result()
         self._last_checkpoint = checkpoint
 
     async def _logics_loop(self) -> None:

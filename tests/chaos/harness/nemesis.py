@@ -1,0 +1,200 @@
+"""The nemesis: a seeded fault schedule, executed from outside the processes.
+
+A ``Fault`` is (start time, kind, target, duration). Faults run one after another: apply at ``at`` (or as soon
+as the previous one has healed), hold for ``duration``, heal, then wait (with a deadline) until the deployment
+is ready again. Targets are resolved when the fault starts: ``leader`` (the controller leader),
+``container`` / ``controller`` (a random process of that kind), or a process name (``c0``, ``n1``). The
+resolved target is recorded, so a replay (same schedule) hits the same role.
+
+Kinds (docs/chaos.md has the details):
+
+=============  ===========================================================================================
+kill           SIGKILL, restart after ``duration``
+pause          SIGSTOP, SIGCONT after ``duration`` (a hung process)
+powerloss      SIGKILL, then the files rebuilt to their last durable state (``powerloss.py``), restart
+isolate        the target cannot exchange packets with any other process (the harness still reaches it;
+               for a deployment of one process: the harness cannot reach it)
+split          majority/minority: the target plus one random peer fewer than half on one side
+oneway         packets from the target to every other process are dropped (replies to it still flow)
+slow           100 ± 50 ms delay and 5 % loss on every link of the target
+diskfull       the target's store filesystem is filled (a tmpfs of ``tmpfs_mb``), freed after ``duration``
+=============  ===========================================================================================
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from .deployments import Deployment, SingleContainer
+from .history import Crash, FaultEvent, History
+from .net import CLIENT, Unsupported, partition
+
+KINDS = ("kill", "pause", "powerloss", "isolate", "split", "oneway", "slow", "diskfull")
+NET_KINDS = ("isolate", "split", "oneway", "slow")
+
+
+@dataclass
+class Fault:
+    at: float
+    kind: str
+    target: str
+    duration: float
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def generate(seed: int, kinds: list[str], cycles: int, *, start: float = 2.0, gap: tuple[float, float] = (1.0, 2.0),
+             hold: tuple[float, float] = (0.5, 2.0), targets: list[str] | None = None) -> list[Fault]:
+    """``cycles`` faults drawn from ``kinds`` (round robin, shuffled per round) with seeded gaps and durations."""
+    for k in kinds:
+        if k not in KINDS:
+            raise ValueError(f"unknown fault kind {k!r}; known: {', '.join(KINDS)}")
+    rng = random.Random(seed)
+    out: list[Fault] = []
+    order: list[str] = []
+    t = start
+    for _ in range(cycles):
+        if not order:
+            order = list(kinds)
+            rng.shuffle(order)
+        kind = order.pop()
+        d = round(rng.uniform(*hold), 2)
+        out.append(Fault(round(t, 2), kind, rng.choice(targets or ["leader"]), d))
+        t += d + rng.uniform(*gap) + 1.0  # + time to recover
+    return out
+
+
+class Nemesis:
+    def __init__(self, dep: Deployment, h: History, t0: float, seed: int, log: Any = print) -> None:
+        self.dep, self.h, self.t0 = dep, h, t0
+        self.rng = random.Random(seed ^ 0x5EED)
+        self.log = log
+        self.skipped: list[dict[str, Any]] = []
+        self.restores: list[dict[str, Any]] = []
+
+    def now(self) -> float:
+        return time.monotonic() - self.t0
+
+    async def resolve(self, target: str) -> str:
+        names = list(self.dep.nodes)
+        if target == "leader":
+            leader = await self.dep.controller_leader()
+            if leader is None:
+                raise Unsupported("no controller leader to target")
+            return leader
+        if target in ("container", "controller"):
+            pool = [n for n in names if self.dep.nodes[n].kind == target]
+            if not pool:
+                raise Unsupported(f"no {target} process in this deployment")
+            return self.rng.choice(pool)
+        if target == "any":
+            return self.rng.choice(names)
+        if target not in self.dep.nodes:
+            raise Unsupported(f"no process {target!r}")
+        return target
+
+    async def run(self, schedule: list[Fault]) -> None:
+        for f in sorted(schedule, key=lambda x: x.at):
+            wait = f.at - self.now()
+            if wait > 0:
+                await asyncio.sleep(wait)  # sleep-ok: the fault schedule itself
+            try:
+                await self.one(f)
+            except Unsupported as e:
+                self.dep.net.heal()  # a network fault may have been applied in part
+                self.skipped.append({**f.to_json(), "reason": str(e)})
+                self.log(f"[nemesis] skipped {f.kind} {f.target}: {e}")
+
+    async def one(self, f: Fault) -> None:
+        name = await self.resolve(f.target)
+        ev = FaultEvent(f.kind, name, self.now(), detail=f.target)
+        for n in self.dep.nodes:
+            self.note_exit(n)
+        heal = await self.apply(f.kind, name, ev)
+        self.h.faults.append(ev)
+        self.log(f"[nemesis] {ev.start:7.2f}s {f.kind} {name} for {f.duration}s")
+        await asyncio.sleep(f.duration)  # sleep-ok: how long the fault holds (the schedule)
+        await asyncio.to_thread(heal)
+        ev.end = self.now()
+        await self.dep.wait_ready()
+        self.log(f"[nemesis] {self.now():7.2f}s healed {f.kind} {name} (ready)")
+
+    async def apply(self, kind: str, name: str, ev: FaultEvent) -> Any:
+        """Inject the fault; returns how to heal it. Process operations run on a thread, so the workload keeps
+        reading answers meanwhile (their timestamps stay honest)."""
+        node = self.dep.nodes[name]
+        if kind in ("kill", "powerloss"):
+            if kind == "kill":
+                await asyncio.to_thread(node.kill)
+            else:
+                await asyncio.to_thread(node.kill)
+                dead = self.now()
+                rep = await asyncio.to_thread(node.power_loss)
+                self.restores.append({"node": name, "t": round(dead, 3), **rep.to_json()})
+                ev.detail += f" bytes_zeroed={rep.bytes_zeroed}"
+            crashes = [Crash(name, b, kind, self.now()) for b in node.bsets]
+            self.h.crashes += crashes
+
+            def restart() -> None:
+                for c in crashes:
+                    c.restart = self.now()
+                node.start()
+
+            return restart
+        if kind == "pause":
+            node.pause()
+            return node.resume
+        if kind == "diskfull":
+            if not isinstance(self.dep, SingleContainer):
+                raise Unsupported("diskfull: only the single-container deployment has a sized store filesystem")
+            await asyncio.to_thread(self.dep.fill_disk)
+            return self.dep.free_disk
+        return await asyncio.to_thread(self._net_fault, kind, name)
+
+    def _net_fault(self, kind: str, name: str) -> Any:
+        net = self.dep.net
+        others = [n for n in self.dep.nodes if n != name]
+        if kind == "isolate":
+            partition(net, [[name], others or [CLIENT]])
+        elif kind == "split":
+            if len(self.dep.nodes) < 3:
+                raise Unsupported("split needs at least three processes")
+            rest = list(others)
+            self.rng.shuffle(rest)
+            minority = [name] + rest[: (len(self.dep.nodes) - 1) // 2 - 1]
+            partition(net, [minority, [n for n in others if n not in minority]])
+        elif kind == "oneway":
+            for o in others or [CLIENT]:
+                net.block(name, o)
+        elif kind == "slow":
+            net.slow([name], 100.0, 50.0, 0.05)
+        else:
+            raise ValueError(f"unknown fault kind {kind!r}")
+        return net.heal
+
+    async def heal_all(self) -> None:
+        """After the schedule (and on the way out): network healed, paused processes resumed, dead ones
+        restarted; then wait until ready."""
+        self.dep.net.heal()
+        if isinstance(self.dep, SingleContainer):
+            self.dep.free_disk()
+        for node in self.dep.nodes.values():
+            self.note_exit(node.name)
+            if node.paused:
+                node.resume()
+            if not node.alive():
+                node.start()
+        await self.dep.wait_ready()
+
+    def note_exit(self, name: str) -> None:
+        """Record a process that ended on its own (a crash the nemesis did not cause), once."""
+        rc = self.dep.nodes[name].exited_on_its_own()
+        if rc is not None:
+            self.dep.nodes[name].expected_down = True
+            self.h.faults.append(FaultEvent("unexpected-exit", name, self.now(), self.now(), f"exit code {rc}"))
+            self.log(f"[nemesis] {name} exited on its own (exit code {rc})")

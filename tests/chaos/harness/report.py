@@ -1,0 +1,111 @@
+"""Per-run report: ``report.md`` (one page: verdict, setup, schedule, every checker) and ``timeline.png``
+(acknowledged sends per 100 ms per broker set, or completed controller operations per 100 ms, with the fault
+windows shaded). The JSON result is written by the runner."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+BIN_S = 0.1
+
+
+def series(points: list[float], end: float) -> tuple[list[float], list[int]]:
+    """Counts of ``points`` per 100 ms bin from 0 to ``end``."""
+    c = Counter(int(p / BIN_S) for p in points if p is not None and p >= 0)
+    n = int(end / BIN_S) + 1
+    return [i * BIN_S for i in range(n)], [c.get(i, 0) for i in range(n)]
+
+
+def timeline_series(hist: dict[str, Any]) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {}
+    for s in hist.get("sends", []):
+        if s["ok"] and s["ret"] is not None:
+            out.setdefault(f"acked sends {s['bset']}", []).append(s["ret"])
+    for op in hist.get("controller_ops", []):
+        if op["ret"] is not None:
+            out.setdefault(f"controller {op['kind']}", []).append(op["ret"])
+    return out
+
+
+def plot(result: dict[str, Any], hist: dict[str, Any], path: Path) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    end = max(hist.get("end", 0.0), 0.1)
+    fig, ax = plt.subplots(figsize=(11, 3.6), dpi=100)
+    for label, pts in sorted(timeline_series(hist).items()):
+        xs, ys = series(pts, end)
+        ax.step(xs, ys, where="post", label=label, linewidth=0.9)
+    colors = {"kill": "red", "powerloss": "black", "pause": "orange", "isolate": "purple", "split": "purple",
+              "oneway": "magenta", "slow": "green", "diskfull": "brown"}
+    for f in hist.get("faults", []):
+        stop = f["end"] if f["end"] is not None else end
+        ax.axvspan(f["start"], stop, color=colors.get(f["kind"], "grey"), alpha=0.18)
+        ax.text(f["start"], ax.get_ylim()[1] * 0.95, f"{f['kind']} {f['target']}", fontsize=7, rotation=90,
+                va="top", ha="right")
+    ax.set_xlabel("seconds since start")
+    ax.set_ylabel("per 100 ms")
+    ax.set_title(f"{result['spec']['deployment']} seed {result['spec']['seed']}: "
+                 f"{'PASS' if result['ok'] else 'FAIL'}")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(loc="lower right", fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return True
+
+
+def _check_line(name: str, c: dict[str, Any]) -> str:
+    keys = {k: v for k, v in c.items() if k not in ("ok", "examples", "describe", "per_broker_set", "lost_examples",
+                                                  "allowed_examples")}
+    detail = ", ".join(f"{k}={v}" for k, v in keys.items())
+    return f"| {name} | {'ok' if c['ok'] else '**FAIL**'} | {detail} |"
+
+
+def markdown(result: dict[str, Any], hist: dict[str, Any], png: str | None) -> str:
+    spec, checks = result["spec"], result["checks"]
+    lines = [f"# Chaos run: {spec['deployment']} ({spec['flush']}, net {spec['net']}), seed {spec['seed']}",
+             "", f"**Verdict: {'PASS' if result['ok'] else 'FAIL'}**", "",
+             *([f"**The run was aborted** (checks ran on what was recorded):\n\n```\n{result['error']}```", ""]
+               if result.get("error") else []),
+             f"Replay: `scripts/chaos.py --replay {result.get('dir', '.')}/result.json`", "",
+             "## Workload", "", ", ".join(f"{k}={v}" for k, v in result["summary"].items()), "",
+             "## Fault schedule", "", "| at (s) | kind | target | hold (s) |", "|---|---|---|---|"]
+    lines += [f"| {f['at']} | {f['kind']} | {f['target']} | {f['duration']} |" for f in spec["schedule"]]
+    lines += ["", "Executed:", ""]
+    lines += [f"* {f['start']:.2f}–{(f['end'] or 0):.2f} s: {f['kind']} **{f['target']}** ({f['detail']})"
+              for f in hist["faults"]]
+    lines += [f"* skipped {s['kind']} {s['target']}: {s['reason']}" for s in result.get("skipped_faults", [])]
+    lines += ["", "## Checks", "", "| check | result | details |", "|---|---|---|"]
+    lines += [_check_line(n, c) for n, c in checks.items()]
+    unav = checks.get("unavailability", {}).get("per_broker_set", {})
+    if unav:
+        lines += ["", "## Unavailability (gaps > 1 s without an acknowledged send)", ""]
+        for bset, u in unav.items():
+            lines.append(f"* {bset}: longest {u['longest_s']} s, p99 {u['p99_s']} s, {len(u['windows'])} windows")
+            lines += [f"  * {w['start']}–{w['end']} s ({w['s']} s) during {', '.join(w['faults']) or 'no fault'}"
+                      for w in u["windows"][:8]]
+    if result.get("power_loss_restores"):
+        lines += ["", "## Power losses", ""]
+    for r in result.get("power_loss_restores", [])[:10]:
+        lines.append(f"* power loss {r['node']} at {r['t']} s: {r['bytes_zeroed']} bytes dropped "
+                     f"({r['bytes_zeroed_by_dir']}), {r['entries_dropped_count']} entries dropped, "
+                     f"{r['renames_undone_count']} renames undone, {r['never_synced_zeroed_count']} never-synced")
+    failures = [(n, c) for n, c in checks.items() if not c["ok"]]
+    for n, c in failures:
+        lines += ["", f"### {n}: examples", "", "```", *(str(x) for x in c.get("examples", c.get("lost_examples", []))),
+                  c.get("describe", ""), "```"]
+    if png:
+        lines += ["", f"![timeline]({png})"]
+    return "\n".join(lines) + "\n"
+
+
+def write(result: dict[str, Any], hist: dict[str, Any], out: Path) -> None:
+    png = "timeline.png" if plot(result, hist, out / "timeline.png") else None
+    (out / "report.md").write_text(markdown(result, hist, png))
