@@ -8,6 +8,7 @@
  *    Python then handles the frame, so requests are processed in arrival order and every unusual case keeps
  *    its Python behaviour.
  * 3. sync_close (sync.c): a flush's fsyncs with the GIL released once.
+ * 4. scan_log (scan.c): a slave's replicated log bytes validated and parsed for dispatch in one pass.
  */
 #include "send.h"
 
@@ -38,6 +39,7 @@ static PyMethodDef methods[] = {
     {"encode_head", (PyCFunction)(void (*)(void))encode_head, METH_FASTCALL, "encode_head(...)"},
     {"java_hash", java_hash_py, METH_O, "Java String.hashCode"},
     {"sync_close", sync_close, METH_VARARGS, "sync_close(dir_fds, file_fds) -> errno of the first failure or 0"},
+    {"scan_log", scan_log, METH_VARARGS, "scan_log(buf, base, segment_size, verify=True) -> (end, records)"},
     {NULL},
 };
 

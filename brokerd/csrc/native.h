@@ -76,6 +76,10 @@ PyObject *frame_bytes(Out *o, Py_ssize_t body_len);  /* total length + header le
 PyObject *decode_frame(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *encode_head(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 
+/* ---- replicated log bytes (scan.c): validate_raw + parse_for_dispatch in one pass (see scan.c) */
+
+PyObject *scan_log(PyObject *self, PyObject *args);
+
 /* ---- the send lane (lane.c) */
 
 extern PyTypeObject LaneType;

@@ -24,28 +24,39 @@ before services start).
 
 from __future__ import annotations
 
+import mmap
+import struct
 from collections.abc import Callable
 from typing import Any, Final, Protocol
 
 from brokerd.message import (
+    DELAY,
+    KEYS,
     SCHEDULE_TOPIC,
     TAGS,
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
+    UNIQ_KEY,
     MessageInner,
     message_keys,
     tags_code_of,
 )
+from brokerd.store import raw_scan
 from brokerd.store.commit_log import CommitLog
 from brokerd.store.flags import WRITE_LOGICS_QUEUE_ERROR
 from brokerd.store.index import IndexService
 from brokerd.store.queue_store import ConsumeQueueStore, compute_tags_code, parse_for_dispatch
+from brokerd.store.raw_scan import Scanned
 
 DispatchListener = Callable[[str, int, int, int], None]
 """``cb(topic, queue_id, queue_offset, tags_code)``: a consume-queue entry was written."""
 
 SKIP_CQ: Final = (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE)
 """Transaction types (sys_flag & 0xC) that get no consume-queue entry."""
+
+_I32: Final = struct.Struct(">i")
+REPUT_WINDOW = 1 << 20
+"""Log bytes ``reput`` hands the C scanner per call (their records are held in memory until dispatched)."""
 
 
 class IoFailed(Protocol):
@@ -176,12 +187,84 @@ class Dispatcher:
     # ------------------------------------------------------------ dispatch from the log
 
     def reput(self, limit: int) -> None:
-        """Dispatch complete records in [dispatched, min(limit, valid end))."""
+        """Dispatch complete records in [dispatched, min(limit, valid end)).
+
+        With the C scanner (``raw_scan.SCANNER``) records are parsed a window of the log per call; wherever it
+        stops (unusual bytes, an incomplete tail) the Python walk, the reference, carries on from ``dispatched``."""
         limit = min(limit, self.valid_end)
-        phys = self.dispatched
-        if phys >= limit:
+        if self.dispatched >= limit:
             return
-        for rec_phys, f, pos, size in self.commit_log.walk(phys, limit):
+        if raw_scan.SCANNER is not None and not self._reput_scanned(raw_scan.SCANNER, limit):
+            return
+        self._reput_walk(limit)
+
+    def reput_scanned(self, start: int, end: int, records: list[Scanned]) -> None:
+        """Dispatch the records [start, end) the caller scanned with ``raw_scan.SCANNER`` (from the bytes it just
+        appended): the same as ``reput(end)``, without reading them back. When records before ``start`` are not
+        dispatched yet (an earlier dispatch failed), ``reput`` does it all from the log."""
+        if self.dispatched != start or end > self.valid_end:
+            self.reput(end)
+        elif start < end:
+            self.dispatch_scanned(records, end)
+
+    def dispatch_scanned(self, records: list[Scanned], end: int) -> bool:
+        """Dispatch scanned records (in log order, from ``dispatched``; blank markers between them) and move
+        ``dispatched`` to ``end``. False when a consume-queue / index put failed (the store's error is set and
+        ``dispatched`` stays at that record)."""
+        for phys, size, topic, qid, qoff, sysflag, ts, tags, keys, uniq, delay in records:
+            self.dispatched = phys  # past a blank marker: what the walk sets it to
+            self.last_reput_timestamp = ts
+            props: dict[str, str] = {}
+            if tags is not None:
+                props[TAGS] = tags
+            if keys is not None:
+                props[KEYS] = keys
+            if uniq is not None:
+                props[UNIQ_KEY] = uniq
+            if delay is not None:
+                props[DELAY] = delay
+            try:
+                self._dispatch_parsed(topic, qid, qoff, sysflag, ts, props, phys, size)
+            except (OSError, ValueError) as exc:
+                self._io_failed("reput", exc, bit=WRITE_LOGICS_QUEUE_ERROR)
+                return False
+        self.dispatched = end
+        return True
+
+    def _reput_scanned(self, scan: raw_scan.ScanFn, limit: int) -> bool:
+        """Dispatch records from ``dispatched`` with the C scanner, a window of at most ``REPUT_WINDOW`` bytes of
+        one segment per call (no CRC check: the walk does none). False when a dispatch failed (stop); True when
+        the Python walk is to carry on (it finds nothing left when the scanner got to ``limit``)."""
+        log = self.commit_log
+        while self.dispatched < limit:
+            phys = self.dispatched
+            f = log.file_for(phys)
+            if f is None:
+                return True
+            stop = min(limit, f.base + f.wrote)
+            window = min(stop, phys + REPUT_WINDOW)
+            try:
+                end, records = self._scan_range(scan, f.mm, f.base, phys, window)
+                if end == phys and window < stop:  # a record (or blank marker) larger than the window
+                    window = min(stop, phys + max(8, _I32.unpack_from(f.mm, phys - f.base)[0]))
+                    end, records = self._scan_range(scan, f.mm, f.base, phys, window)
+            except ValueError:  # unusual bytes: the walk dispatches up to them and reports what it reports
+                return True
+            if not self.dispatch_scanned(records, end):
+                return False
+            if end != f.end and (end == phys or window == stop):
+                return True  # an incomplete or unusual tail: the walk's
+        return True
+
+    def _scan_range(self, scan: raw_scan.ScanFn, mm: mmap.mmap, base: int, start: int,
+                    stop: int) -> tuple[int, list[Scanned]]:  # fmt: skip
+        if stop - start < 8:
+            return start, []
+        with memoryview(mm) as mv, mv[start - base : stop - base] as view:
+            return scan(view, start, self.commit_log.segment_size, False)
+
+    def _reput_walk(self, limit: int) -> None:
+        for rec_phys, f, pos, size in self.commit_log.walk(self.dispatched, limit):
             if size < 0:
                 self.dispatched = f.end
                 continue

@@ -17,8 +17,10 @@ import struct
 import time
 
 from brokerd.message import MAGIC_BLANK, CorruptRecordError, verify_record
+from brokerd.store import raw_scan
 from brokerd.store.flags import DISK_FULL
 from brokerd.store.protocols import MaintainedStore
+from brokerd.store.raw_scan import Scanned
 
 _SIZE_MAGIC = struct.Struct(">ii")
 
@@ -164,14 +166,23 @@ def append_raw(store: MaintainedStore, offset: int, data: bytes | memoryview) ->
         raise RuntimeError(f"store not writeable: {store.running_flags!r} {store.last_error or ''}")
     start = d.valid_end
     prefix = log.read_raw(start, offset) if offset > start else b""
-    new_end = validate_raw(prefix + bytes(data), start, log.segment_size)
+    scan = raw_scan.SCANNER
+    records: list[Scanned] | None = None
+    if scan is None:  # the reference: validate here, parse again in reput
+        new_end = validate_raw(prefix + bytes(data), start, log.segment_size)
+    else:  # validated and parsed for dispatch in one pass
+        new_end, records = scan(prefix + bytes(data) if prefix else data, start, log.segment_size, True)
     try:
         log.append_raw(offset, data)
     except OSError as exc:
         store.io_failed("append_raw", exc)
         raise
     d.valid_end = new_end
-    d.reput(new_end)  # queue entries, index keys, next queue offsets (listeners wait for the confirm offset)
+    # queue entries, index keys, next queue offsets (listeners wait for the confirm offset)
+    if records is None:
+        d.reput(new_end)
+    else:
+        d.reput_scanned(start, new_end, records)
     store.last_store_timestamp = max(store.last_store_timestamp, d.last_reput_timestamp)
     store.request_flush()
     return log.max_offset
