@@ -103,6 +103,11 @@ class BrokerConfig:
     slave_read_enable: bool = False
     access_message_in_memory_max_ratio: int = 40
     slave_sync_metadata_interval: int = 3000  # not a RocketMQ key: a slave's GET_ALL_* pull period (4.x: 3 s tick)
+    # incremental metadata sync (RIP-81; docs/metadata-sync.md); false keeps the 4.x full sync above
+    allow_metadata_incremental_sync: bool = False
+    metadata_offset_flush_interval: int = 100  # ms: coalesced consumer/delay offsets reach the log within this
+    metadata_offset_flush_commits: int = 1000  # ... or after this many commits
+    metadata_snapshot_interval: int = 60_000  # ms between a master's snapshot files
     # container-level knobs a broker may override
     replicas_per_disk_partition: int = 1
     logical_disk_space_clean_forcibly_threshold: float = 0.80
@@ -148,7 +153,10 @@ class BrokerConfig:
                          ("brokerHeartbeatInterval", self.broker_heartbeat_interval),
                          ("controllerHeartBeatTimeoutMills", self.controller_heart_beat_timeout_mills),
                          ("syncBrokerMetadataPeriod", self.sync_broker_metadata_period),
-                         ("slaveSyncMetadataInterval", self.slave_sync_metadata_interval)):
+                         ("slaveSyncMetadataInterval", self.slave_sync_metadata_interval),
+                         ("metadataOffsetFlushInterval", self.metadata_offset_flush_interval),
+                         ("metadataOffsetFlushCommits", self.metadata_offset_flush_commits),
+                         ("metadataSnapshotInterval", self.metadata_snapshot_interval)):
             if val <= 0:
                 raise ConfigError(f"{key}: must be > 0, got {val}")
         for key, r in (("diskSpaceWarningLevelRatio", self.disk_space_warning_level_ratio),

@@ -33,6 +33,7 @@ from brokerd.remoting.codes import RequestCode, ResponseCode
 from brokerd.remoting.command import RemotingCommand, request
 from brokerd.remoting.connection import Connection
 from brokerd.store.message_store import MessageStore
+from brokerd.sync.service import MetadataSync, SyncConfig
 
 MASTER_ROLE_IN_CONTROLLER_MODE = "SYNC_MASTER"  # as RocketMQ's ReplicasManager sets it
 DISCOVERY_PERIOD_S = 2.0  # a classic slave asks the name server for its master this often until it knows it
@@ -98,6 +99,13 @@ class BrokerReplication:
         self.acks = PutAcks(broker.store, self.ha)
         self.metasync = SlaveMetadataSync(broker, interval_ms=cfg.slave_sync_metadata_interval,
                                           on_change=self._on_tables_synced)
+        self.msync: MetadataSync | None = None  # incremental metadata sync (RIP-81)
+        if cfg.allow_metadata_incremental_sync:
+            self.metasync.full_sync = False  # it still forwards offsets committed on this slave
+            self.msync = MetadataSync(SyncConfig(cfg.metadata_offset_flush_interval, cfg.metadata_offset_flush_commits,
+                                                 cfg.metadata_snapshot_interval),
+                                      broker.store, broker.meta, (cfg.broker_ip1, cfg.listen_port), broker.outer,
+                                      broker.master_broker_addr, broker.log)  # fmt: skip
         self.master_epoch = 0
         self.link: ControllerLink | None = None
         if self.controller_mode:
@@ -133,6 +141,8 @@ class BrokerReplication:
         if self.link is not None:
             await self.link.stop()
         await self.metasync.stop()
+        if self.msync is not None:
+            await self.msync.stop()
         await self.ha.stop()
 
     @property
@@ -154,6 +164,8 @@ class BrokerReplication:
         self.ha.become_master(0, epoch, frozenset({0}), 0)
         self.master_epoch = epoch
         await self._stop_metasync()
+        if self.msync is not None:
+            self.msync.on_master()
 
     async def change_classic_role(self, role: str, broker_id: int) -> None:
         """An admin's role change (classic mode): the HA side follows the new configuration."""
@@ -184,6 +196,8 @@ class BrokerReplication:
     async def _follow(self, broker_id: int, master_addr: str | None, ha_addr: str | None) -> None:
         self.ha.become_slave(broker_id, ha_addr)
         self.broker.master_addr = master_addr
+        if self.msync is not None:
+            self.msync.on_slave()
         if master_addr is not None:
             self.metasync.start()
 
@@ -205,6 +219,8 @@ class BrokerReplication:
         self.ha.become_master(controller_id, epoch, sss, sss_epoch)
         self.master_epoch = epoch
         await self._stop_metasync()
+        if self.msync is not None:
+            self.msync.on_master()
         self.broker.master_addr = None
         await self.broker.apply_role(MASTER_ROLE_IN_CONTROLLER_MODE, 0)
 
@@ -243,8 +259,11 @@ class BrokerReplication:
     # ------------------------------------------------------------------ requests
 
     def handlers(self) -> dict[int, Any]:
-        return {RequestCode.NOTIFY_BROKER_ROLE_CHANGED: self._notify_role_changed,
-                RequestCode.EXCHANGE_BROKER_HA_INFO: self._exchange_ha_info}
+        table: dict[int, Any] = {RequestCode.NOTIFY_BROKER_ROLE_CHANGED: self._notify_role_changed,
+                                 RequestCode.EXCHANGE_BROKER_HA_INFO: self._exchange_ha_info}
+        if self.msync is not None:
+            table.update(self.msync.handlers())
+        return table
 
     def _notify_role_changed(self, conn: Connection, cmd: RemotingCommand) -> Any:
         if self.link is None:
@@ -270,5 +289,7 @@ class BrokerReplication:
         if self.link is not None:
             st.update(controllerId=self.link.controller_id, controllerRole=self.link.role, **self.link.stats)
         st["metadataSync"] = {"syncs": self.metasync.syncs, "failures": self.metasync.failures,
-                              "pendingOffsets": self.metasync.pending_count}
+                              "pendingOffsets": self.metasync.pending_count, "fullSync": self.metasync.full_sync}
+        if self.msync is not None:
+            st["incrementalSync"] = self.msync.status()
         return st

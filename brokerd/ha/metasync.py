@@ -235,6 +235,7 @@ class SlaveMetadataSync:
         self._write_lock = threading.Lock()
         self._write_generation = 0
         self._written_generation = 0
+        self.full_sync = True  # False with incremental sync: the loop only forwards offsets committed here
         self.syncs = 0
         self.failures = 0
         self.forwarded = 0
@@ -376,6 +377,9 @@ class SlaveMetadataSync:
             (DELAY_OFFSETS, RequestCode.GET_ALL_DELAY_OFFSET, meta.delay_offsets, False),
             (SUBSCRIPTION_GROUPS, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, meta.subscriptions, True),
         )
+        if not self.full_sync:  # incremental sync (RIP-81) replicates the tables: only forward offsets
+            await self._push(addr)
+            return
         for name, code, manager, by_version in steps:
             if name == CONSUMER_OFFSETS:
                 await self._push(addr)

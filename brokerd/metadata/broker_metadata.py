@@ -174,6 +174,37 @@ class BrokerMetadata:
         return True
 
 
+    # ----- RIP-81: change records from the commit log -----
+
+    def apply_record(self, kind: str, op: str, key: str, value: Any, data_version: dict[str, int]) -> None:
+        """Apply a master's change record read from the (replicated) commit log, in log order: the same entry
+        semantics as ``brokerd.sync.image.merge`` (replace; offsets merge queue maps; delete drops), the record's
+        DataVersion adopted. Emits nothing (the applied-observers are told). Malformed: ValueError, no change."""
+        change = MetadataChange(kind, op, key, value, data_version, 1, "log")
+        change.validate()
+        targets: dict[str, ConfigManager[Any, Any]] = {
+            KIND_TOPIC: self.topics, KIND_SUBSCRIPTION_GROUP: self.subscriptions,
+            KIND_CONSUMER_OFFSET: self.offsets, KIND_DELAY_OFFSET: self.delay_offsets}
+        targets[kind].apply_replicated(change)
+        self.hub.notify_applied(change)
+
+    def export_sections(self) -> dict[str, Any]:
+        """Every table's document (``ConfigManager.export_state``), keyed as snapshots name them."""
+        return {section: mgr.export_state() for section, mgr in self._managers().items()}
+
+    def adopt_sections(self, sections: dict[str, Any]) -> None:
+        """Take a master's tables wholesale (a snapshot): all or nothing; ValueError when malformed."""
+        managers = self._managers()
+        backup = {section: mgr.export_state() for section, mgr in managers.items()}
+        try:
+            for section, mgr in managers.items():
+                mgr.adopt_state(sections[section])
+        except (ValueError, TypeError, KeyError) as e:
+            for section, mgr in managers.items():
+                mgr.import_state(backup[section])
+            raise ValueError(f"metadata snapshot rejected: {e}") from e
+
+
 def _decode_snapshot(data: bytes) -> tuple[str, int, dict[str, Any]]:
     try:
         doc = msgpack.unpackb(data, raw=False, strict_map_key=False)

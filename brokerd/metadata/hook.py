@@ -118,6 +118,14 @@ class MetadataObserver(Protocol):
     def on_change(self, change: MetadataChange) -> None: ...
 
 
+class ChangeJournal(Protocol):
+    """Where a master writes each local change before it takes effect (RIP-81: ``brokerd/sync/journal.py``
+    appends it to the commit log). ``write`` raises to refuse the change: the manager then changes nothing."""
+
+    def write(self, kind: str, op: str, key: str, value: ChangeValue, data_version: dict[str, int],
+              created: bool) -> None: ...
+
+
 class NoopObserver:
     def on_change(self, change: MetadataChange) -> None:
         return None
@@ -160,6 +168,7 @@ class MetadataHub:
         self._applied_observers: list[MetadataObserver] = []
         self.state_version = state_version
         self.observer_errors = 0
+        self.journal: ChangeJournal | None = None  # set while this broker is a master with incremental sync
 
     @property
     def seq(self) -> int:

@@ -168,22 +168,29 @@ class ConfigManager(abc.ABC, Generic[K, V]):
         the hub's applied-observers); then persist at once when `persist_on_change` (a failed write is
         logged and left dirty for the periodic persist). Returns the emitted change (None when replicated).
 
-        RIP-81 incremental metadata sync will write each change record into the commit log here, so that
-        the in-memory update and its record succeed or fail together; keep every mutation routed through
-        this method and do not add a second path that changes `_table` entry by entry.
+        On a master with incremental metadata sync (RIP-81) the hub's journal writes the change record into
+        the commit log *before* anything changes here: when it refuses (raises), the table, the DataVersion and
+        the file stay as they were, so an update never exists without its record. Keep every mutation routed
+        through this method and do not add a second path that changes `_table` entry by entry.
         """
-        if op == OP_PUT:
-            if value is None:
-                raise ValueError(f"{self.FORMAT.kind}: a put needs a value")
-            self._store(key, value)
-        elif op == OP_DELETE:
-            self._table.pop(key, None)
-        else:
+        if op == OP_PUT and value is None:
+            raise ValueError(f"{self.FORMAT.kind}: a put needs a value")
+        if op not in (OP_PUT, OP_DELETE):
             raise ValueError(f"{self.FORMAT.kind}: unknown op {op!r}")
-        if adopt is not None:
-            self._dv = adopt
+        if adopt is None:
+            dv, updates = self._next_version(force=op == OP_DELETE)
+            journal = self._hub.journal
+            if journal is not None:  # the record first: if it cannot be written, nothing changes
+                record = None if value is None else self._record_value(value)
+                journal.write(self.FORMAT.kind, op, self._record_key(key), record, dv.to_json(), key not in self._table)
+            self._dv, self._updates = dv, updates
         else:
-            self._advance_version(force=op == OP_DELETE)
+            self._dv = adopt
+        if op == OP_PUT:
+            assert value is not None
+            self._store(key, value)
+        else:
+            self._table.pop(key, None)
         self._file.mark_dirty()
         change = None if adopt is not None else self._emit(key, op, value)
         if self._persist_on_change:
@@ -194,11 +201,14 @@ class ConfigManager(abc.ABC, Generic[K, V]):
         record = None if value is None else self._record_value(value)
         return self._hub.emit(self.FORMAT.kind, op, self._record_key(key), record, self._dv.to_json())
 
-    def _advance_version(self, *, force: bool) -> None:
-        self._updates += 1
-        if force or self._updates >= self._version_step:
-            self._updates = 0
-            self._dv.next_version(self._hub.state_version, now_ms=self._hub.now_ms())
+    def _next_version(self, *, force: bool) -> tuple[DataVersion, int]:
+        """The DataVersion and update counter after one more local change (nothing is changed yet)."""
+        updates = self._updates + 1
+        if not force and updates < self._version_step:
+            return self._dv, updates
+        dv = self._dv.copy()
+        dv.next_version(self._hub.state_version, now_ms=self._hub.now_ms())
+        return dv, 0
 
     def _decode_state(self, doc: Any) -> tuple[dict[K, V], DataVersion]:
         """Decode a file / snapshot document; junk raises ValueError naming the field."""

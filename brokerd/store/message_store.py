@@ -35,7 +35,7 @@ Positions (physical commit-log offsets)
   min_phy_offset, max_phy_offset, flushed_offset, dispatched_offset, valid_end: int (properties)
   confirm_offset: int (property); set_confirm_offset(offset: int) -> None
   dispatch_behind_confirm: bool; set_dispatch_behind_confirm(flag: bool) -> None   hold dispatch at confirm
-  add_dispatch_listener(cb: DispatchListener) -> None; flush_count: int; request_flush() -> None
+  add_dispatch_listener(cb) / remove_dispatch_listener(cb); flush_count: int; request_flush() -> None
 
 Replication / truncation / epochs
   truncate_dirty_files(offset: int) -> None       cut log, queues, positions (and epochs) back to a boundary
@@ -518,6 +518,11 @@ class MessageStore:
 
     def add_dispatch_listener(self, cb: DispatchListener) -> None:
         self.dispatcher.listeners.append(cb)
+
+    def remove_dispatch_listener(self, cb: DispatchListener) -> None:
+        """Remove by equality (a bound method equals a fresh binding of the same method); unknown: no-op."""
+        listeners = self.dispatcher.listeners
+        listeners[:] = [x for x in listeners if x != cb]
 
     def set_append_listener(self, cb: Callable[[], None] | None) -> None:
         """``cb()`` after every local append (one message, or one run of the C send lane); not after
