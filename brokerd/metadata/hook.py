@@ -125,6 +125,10 @@ class ChangeJournal(Protocol):
     def write(self, kind: str, op: str, key: str, value: ChangeValue, data_version: dict[str, int],
               created: bool) -> None: ...
 
+    @property
+    def last_end(self) -> int:
+        """Commit-log end of the last record written (what a caller waits on before answering)."""
+
 
 class NoopObserver:
     def on_change(self, change: MetadataChange) -> None:

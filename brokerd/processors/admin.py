@@ -3,6 +3,7 @@ subscription groups (200, 201, 207), TRIGGER_DELETE_FILES (27)."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING
 
 import orjson
@@ -13,6 +14,7 @@ from brokerd.metadata.topic import TopicConfig, validate_topic
 from brokerd.remoting.codes import ResponseCode
 from brokerd.remoting.command import RemotingCommand
 from brokerd.remoting.connection import Connection
+from brokerd.store.results import PutStatus
 
 if TYPE_CHECKING:
     from brokerd.context import BrokerContext
@@ -32,7 +34,7 @@ class AdminProcessor:
                 28: self.runtime_info, 200: self.update_group, 201: self.all_groups, 207: self.delete_group,
                 27: self.trigger_delete_files}
 
-    def create_topic(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+    def create_topic(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | asyncio.Future[RemotingCommand]:
         topic = cmd.str_field("topic")
         problem = validate_topic(topic)
         if problem:
@@ -46,7 +48,7 @@ class AdminProcessor:
                          topic_filter_type=cmd.ext.get("topicFilterType") or "SINGLE_TAG",
                          topic_sys_flag=cmd.int_field("topicSysFlag", 0), order=cmd.bool_field("order"))
         self.broker.meta.topics.update(tc)
-        return cmd.response()
+        return self._once_replicated(cmd)
 
     def all_topic_config(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         wrapper = self.broker.meta.topics.register_wrapper()
@@ -62,14 +64,14 @@ class AdminProcessor:
             return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"No topic in this broker. topic: {topic}")
         return cmd.response(body=orjson.dumps({"topicConfig": tc.to_json()}))
 
-    def delete_topic(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+    def delete_topic(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | asyncio.Future[RemotingCommand]:
         topic = cmd.str_field("topic")
         if topic in SYSTEM_TOPICS_NOT_UPDATABLE:
             return cmd.response(ResponseCode.INVALID_PARAMETER, f"The topic[{topic}] is conflict with system topic.")
         self.broker.meta.topics.delete(topic)
         self.broker.meta.offsets.remove_topic(topic)
         self.broker.store.delete_topic(topic)
-        return cmd.response()
+        return self._once_replicated(cmd)
 
     def topic_stats(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         topic = cmd.str_field("topic")
@@ -110,12 +112,12 @@ class AdminProcessor:
         table = {k: str(v) for k, v in self.broker.runtime_info().items()}
         return cmd.response(body=orjson.dumps({"table": table}))
 
-    def update_group(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+    def update_group(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | asyncio.Future[RemotingCommand]:
         d = cmd.json_body()
         if not d.get("groupName"):
             return cmd.response(ResponseCode.INVALID_PARAMETER, "groupName is required")
         self.broker.meta.subscriptions.update(SubscriptionGroupConfig.from_json(d))
-        return cmd.response()
+        return self._once_replicated(cmd)
 
     def all_groups(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         subs = self.broker.meta.subscriptions
@@ -123,12 +125,33 @@ class AdminProcessor:
                 "dataVersion": subs.data_version.to_json()}
         return cmd.response(body=orjson.dumps(body))
 
-    def delete_group(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+    def delete_group(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | asyncio.Future[RemotingCommand]:
         group = cmd.str_field("groupName")
         self.broker.meta.subscriptions.delete(group)
         if cmd.bool_field("cleanOffset"):
             self.broker.meta.offsets.remove_offset(group)
-        return cmd.response()
+        return self._once_replicated(cmd)
+
+    def _once_replicated(self, cmd: RemotingCommand) -> RemotingCommand | asyncio.Future[RemotingCommand]:
+        """With incremental metadata sync, a topic/group change is answered once its change record is held
+        where the broker's sends are (the same put acknowledgement), so a failover cannot lose what was
+        acknowledged; a record not replicated in time answers SYSTEM_ERROR (the change stays on this master)."""
+        journal = self.broker.meta.hub.journal
+        if journal is None:
+            return cmd.response()
+        ack = self.broker.acks.wait(journal.last_end)
+        if isinstance(ack, PutStatus):
+            return self._ack_answer(cmd, ack)
+        out: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
+        ack.add_done_callback(lambda f: out.set_result(self._ack_answer(
+            cmd, PutStatus.FLUSH_SLAVE_TIMEOUT if f.cancelled() else f.result())))
+        return out
+
+    @staticmethod
+    def _ack_answer(cmd: RemotingCommand, status: PutStatus) -> RemotingCommand:
+        if status is PutStatus.PUT_OK:
+            return cmd.response()
+        return cmd.response(ResponseCode.SYSTEM_ERROR, f"metadata change not replicated: {status.name}")
 
     def trigger_delete_files(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         removed = self.broker.store.clean_expired_files(force=True)

@@ -66,8 +66,8 @@ class MetadataJournal:
         if kind in COALESCED and op != OP_DELETE:
             self._buffer(kind, key, value, data_version, created)
             return
-        if kind in COALESCED:  # a delete must not be overtaken by a buffered older put of the same key
-            self._front.pop((kind, key), None)
+        if kind in COALESCED:  # buffered puts happened before this delete: they go first, in log order too
+            self.flush()
         change = DELETED if op == OP_DELETE else (CREATED if created else UPDATED)
         self._append(SyncRecord(kind, change, key, value, data_version, now_ms()))
 
@@ -107,7 +107,9 @@ class MetadataJournal:
             self._timer = None
         back, self._front, self._commits = self._front, {}, 0  # swap: commits go on into the fresh buffer
         failed: dict[tuple[str, str], tuple[Any, dict[str, int], bool]] = {}
-        for (kind, key), (value, dv, created) in back.items():
+        # in DataVersion order, so the last record of each table carries the table's newest version
+        ordered = sorted(back.items(), key=lambda kv: (kv[1][1].get("counter", 0), kv[1][1].get("timestamp", 0)))
+        for (kind, key), (value, dv, created) in ordered:
             if failed:
                 failed[(kind, key)] = (value, dv, created)
                 continue

@@ -1,0 +1,174 @@
+"""Incremental metadata sync (RIP-81) without sockets: a master's metadata with the journal writing change records
+into a real store, its log replicated into a slave's store byte for byte, the slave following it.
+
+Random mutation histories: the slave's image equals the master's after every step that flushed, the pure fold of
+the records equals both, and a snapshot plus the records after it equals the whole history.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from brokerd.message import decode_records
+from brokerd.metadata import BrokerMetadata
+from brokerd.metadata.subscription import SubscriptionGroupConfig
+from brokerd.metadata.topic import TopicConfig
+from brokerd.store.config import StoreConfig
+from brokerd.store.message_store import MessageStore
+from brokerd.sync.follower import MetadataFollower
+from brokerd.sync.image import empty_image, fold, image_from_docs, same_image
+from brokerd.sync.journal import JournalError, MetadataJournal
+from brokerd.sync.records import SYNC_TOPICS, SyncRecord
+from brokerd.sync.snapshot import Snapshot
+
+HOST = ("127.0.0.1", 10911)
+
+
+def store_cfg(root: Path) -> StoreConfig:
+    return StoreConfig(store_path_root_dir=str(root), mapped_file_size_commit_log=1 << 20, max_hash_slot_num=1000,
+                       max_index_num=4000, disk_space_warning_level_ratio=1.0, disk_space_clean_forcibly_ratio=1.0)
+
+
+def meta_at(root: Path) -> BrokerMetadata:
+    m = BrokerMetadata(str(root / "config"), cluster_name="C", broker_name="b")
+    m.load()
+    return m
+
+
+def replicate(master: MessageStore, slave: MessageStore) -> None:
+    """Copy the master's new log bytes into the slave (what the HA port does)."""
+    while slave.max_phy_offset < master.max_phy_offset:
+        chunk = bytes(master.read_range(slave.max_phy_offset, 64 << 10))
+        slave.append_raw(slave.max_phy_offset, chunk)
+
+
+def image(m: BrokerMetadata) -> Any:
+    return image_from_docs(m.export_sections())
+
+
+def diff(a: Any, b: Any) -> str:
+    out = []
+    for kind in a:
+        ea, eb = a[kind].entries, b[kind].entries
+        for k in sorted(set(ea) | set(eb)):
+            if ea.get(k) != eb.get(k):
+                out.append(f"{kind} {k}: {ea.get(k)} != {eb.get(k)}")
+        if a[kind].data_version != b[kind].data_version:
+            out.append(f"{kind} dataVersion {a[kind].data_version} != {b[kind].data_version}")
+    return "; ".join(out[:5])
+
+
+def records_of(store: MessageStore, positions: dict[str, int] | None = None) -> list[SyncRecord]:
+    """Every change record of the log after ``positions``, in log order (across the four topics)."""
+    out: list[SyncRecord] = []
+    for topic in SYNC_TOPICS:
+        offset = (positions or {}).get(topic, 0)
+        while True:
+            res = store.get_message(topic, 0, offset, 256, 1 << 24)
+            if not res.buffers:
+                break
+            for buf in res.buffers:
+                out += [SyncRecord.decode(m.body, m.commit_log_offset) for m in decode_records(bytes(buf))]
+            offset = res.next_begin_offset
+    return sorted(out, key=lambda r: r.log_offset)
+
+
+def mutate(rng: random.Random, m: BrokerMetadata) -> None:
+    op = rng.random()
+    topic = f"T{rng.randrange(12)}"
+    group = f"G{rng.randrange(8)}"
+    if op < 0.25:
+        m.topics.update(TopicConfig(topic, rng.randrange(1, 8), rng.randrange(1, 8), perm=rng.choice([2, 4, 6])))
+    elif op < 0.32:
+        m.topics.delete(topic)
+    elif op < 0.45:
+        m.subscriptions.update(SubscriptionGroupConfig(group_name=group, retry_max_times=rng.randrange(1, 20)))
+    elif op < 0.5:
+        m.subscriptions.delete(group)
+    elif op < 0.9:
+        m.offsets.commit_offset("h", group, topic, rng.randrange(4), rng.randrange(10_000))
+    elif op < 0.95:
+        m.offsets.remove(group, topic)
+    else:
+        m.delay_offsets.update(rng.randrange(1, 19), rng.randrange(10_000))
+
+
+@pytest.mark.parametrize("seed", range(12))
+async def test_the_slave_follows_every_mutation_history(tmp_path: Path, seed: int) -> None:
+    rng = random.Random(seed)
+    ms, ss = MessageStore(store_cfg(tmp_path / "m"), store_host=HOST), MessageStore(store_cfg(tmp_path / "s"),
+                                                                                      store_host=HOST)  # fmt: skip
+    await ms.start()
+    await ss.start()
+    try:
+        master, slave = meta_at(tmp_path / "m"), meta_at(tmp_path / "s")
+        journal = MetadataJournal(ms, HOST, flush_interval_ms=10_000, flush_commits=rng.choice([1, 5, 1000]))
+        base = Snapshot(master.export_sections(), {t: 0 for t in SYNC_TOPICS})
+        master.hub.journal = journal
+        follower = MetadataFollower(ss, slave)
+        follower.install(base)
+        assert follower.start()
+        snap_at = rng.randrange(50, 250)
+        snap: Snapshot | None = None
+        for step in range(300):
+            mutate(rng, master)
+            if step == snap_at:
+                journal.flush()
+                snap = Snapshot(master.export_sections(), {t: ms.max_offset_in_queue(t, 0) for t in SYNC_TOPICS})
+            if rng.random() < 0.1:
+                journal.flush()
+                replicate(ms, ss)
+                follower.drain()
+                assert same_image(image(slave), image(master)), f"seed {seed} step {step}: {diff(image(slave), image(master))}"
+        journal.flush()
+        replicate(ms, ss)
+        follower.drain()
+        assert same_image(image(slave), image(master))
+        everything = records_of(ms)
+        assert same_image(fold(image_from_docs(base.sections), everything), image(master))
+        assert snap is not None
+        tail = records_of(ms, snap.positions)
+        assert same_image(fold(image_from_docs(snap.sections), tail), image(master))
+        fresh = meta_at(tmp_path / "fresh")  # a new slave: the snapshot, then the records after it
+        late = MetadataFollower(ss, fresh)
+        late.install(snap)
+        assert late.start() and same_image(image(fresh), image(master))
+    finally:
+        await ms.shutdown()
+        await ss.shutdown()
+
+
+async def test_a_change_whose_record_cannot_be_written_does_not_happen(tmp_path: Path) -> None:
+    store = MessageStore(store_cfg(tmp_path / "m"), store_host=HOST)
+    await store.start()
+    master = meta_at(tmp_path / "m")
+    master.hub.journal = MetadataJournal(store, HOST)
+    master.topics.update(TopicConfig("Kept", 4, 4))
+    await store.shutdown()  # the commit log refuses from now on
+    with pytest.raises(JournalError):
+        master.topics.update(TopicConfig("Refused", 4, 4))
+    with pytest.raises(JournalError):
+        master.topics.delete("Kept")
+    assert master.topics.get("Refused") is None and master.topics.get("Kept") is not None
+
+
+async def test_offsets_are_coalesced_per_queue(tmp_path: Path) -> None:
+    store = MessageStore(store_cfg(tmp_path / "m"), store_host=HOST)
+    await store.start()
+    try:
+        master = meta_at(tmp_path / "m")
+        journal = MetadataJournal(store, HOST, flush_interval_ms=10_000, flush_commits=10**9)
+        master.hub.journal = journal
+        for i in range(5000):
+            master.offsets.commit_offset("h", "G", "T", i % 4, i)
+        journal.flush()
+        recs = records_of(store)
+        assert len(recs) == 1 and recs[0].value == {0: 4996, 1: 4997, 2: 4998, 3: 4999}
+        assert journal.coalesced == 4999
+        assert fold(empty_image(), recs)["consumer_offset"].entries == {"G@T": {0: 4996, 1: 4997, 2: 4998, 3: 4999}}
+    finally:
+        await store.shutdown()
