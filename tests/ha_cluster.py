@@ -139,7 +139,7 @@ class HACluster:
                     r = await cli.invoke(ns, request(105, {"topic": topic}), 1.0)
                 except Exception:  # noqa: BLE001 - that name server is down: ask the next
                     continue
-                if r.code != 0:
+                if r.code != 0 or not r.body:
                     continue
                 for bd in orjson.loads(r.body).get("brokerDatas", []):
                     if bd.get("brokerName") == name:
