@@ -300,7 +300,7 @@ class HAMaster:
         c.ack = offset
         out = self._on_ack(c, now_ms)
         out += self._recompute()
-        return out + self._pump(c, now_ms) + self._confirm_frames(now_ms)
+        return out + self._pump(c, now_ms)
 
     def _start_point(self, c: SlaveConnection, offset: int) -> int:
         low = self.log.min_phy_offset
@@ -374,6 +374,11 @@ class HAMaster:
         c.last_write_ms, c.master_max_at_transfer = now_ms, self.log.max_phy_offset
         c.sent_confirm = self.confirm
         return [Send(c.conn, encode_parts(TransferFrame(c.next_offset, e.epoch, e.start_offset, self.confirm)))]
+
+    def confirm_frames(self, now_ms: int) -> list[Action]:
+        """Call once the inputs of a loop iteration are in (acks coalesce into one frame per slave): an empty
+        frame to each caught-up slave whose last frame carried an older confirm offset."""
+        return self._confirm_frames(now_ms)
 
     def _confirm_frames(self, now_ms: int) -> list[Action]:
         """An empty frame to each caught-up slave whose last frame carried an older confirm offset (deviation:

@@ -99,6 +99,7 @@ class HAService:
         self._tasks: list[asyncio.Task[None]] = []
         self._alters: set[asyncio.Task[None]] = set()
         self._pump_scheduled = False
+        self._confirm_scheduled = False
         self._connect_failures = 0
         self.stats = {"frames_in": 0, "bytes_in": 0, "connects": 0, "resets": 0, "alters": 0, "alter_failures": 0}
 
@@ -251,6 +252,14 @@ class HAService:
     def conn_data(self, conn: HAConnection, data: bytes) -> None:
         if self.master is not None and conn.id in self.conns:
             self._execute(self.master.on_data(conn.id, data, now_ms()))
+            if not self._confirm_scheduled:  # the acks of this loop iteration move the confirm offset once
+                self._confirm_scheduled = True
+                asyncio.get_running_loop().call_soon(self._send_confirm)
+
+    def _send_confirm(self) -> None:
+        self._confirm_scheduled = False
+        if self.master is not None:
+            self._execute(self.master.confirm_frames(now_ms()))
 
     def conn_lost(self, conn: HAConnection) -> None:
         if self.conns.pop(conn.id, None) is not None and self.master is not None:
@@ -329,18 +338,30 @@ class HAService:
         return self.conns.get(conn_id)
 
     def _execute(self, actions: list[Action]) -> None:
+        """Run the core's actions in order; the frames for one connection go out in one write per call."""
+        pending: dict[int, list[Any]] = {}
         for a in actions:
             if isinstance(a, Send):
-                conn = self._conn(a.conn)
-                if conn is not None:
-                    conn.send(a.parts)
-            elif isinstance(a, ReplicationProgress):
+                pending.setdefault(a.conn, []).extend(a.parts)
+                continue
+            if pending:
+                self._flush_sends(pending)
+            if isinstance(a, ReplicationProgress):
                 self.last_progress = a
                 self.waiters.release(a)
             elif isinstance(a, Close):
                 self._on_close_action(a)
             else:
                 self._start_alter(a)
+        if pending:
+            self._flush_sends(pending)
+
+    def _flush_sends(self, pending: dict[int, list[Any]]) -> None:
+        for conn_id, parts in pending.items():
+            conn = self._conn(conn_id)
+            if conn is not None:
+                conn.send(parts)
+        pending.clear()
 
     def _on_close_action(self, a: Close) -> None:
         conn = self._conn(a.conn)

@@ -91,6 +91,8 @@ class HASlave:
                 out += self._on_handshake(msg, now_ms)
             else:
                 out += self._on_frame(msg, now_ms)
+        if self.state is S.TRANSFER and conn == self.conn:
+            out += self._report(now_ms, force=False)  # one report for the whole batch of frames
         return out
 
     def tick(self, now_ms: int) -> list[Action]:
@@ -151,7 +153,7 @@ class HASlave:
         if len(f.body):
             self.log.append_raw(f.start_offset, f.body)
         self.log.set_confirm_offset(min(f.confirm_offset, self.log.max_phy_offset))
-        return self._report(now_ms, force=False)
+        return []  # on_messages reports once per batch
 
     def _report(self, now_ms: int, force: bool) -> list[Action]:
         mx = self.log.max_phy_offset
