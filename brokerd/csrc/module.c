@@ -9,6 +9,7 @@
  *    its Python behaviour.
  * 3. sync_close (sync.c): a flush's fsyncs with the GIL released once.
  * 4. scan_log (scan.c): a slave's replicated log bytes validated and parsed for dispatch in one pass.
+ * 5. index_put (index.c): the key index's put loop (crc32 hash, slot chain, entry).
  */
 #include "send.h"
 
@@ -40,6 +41,7 @@ static PyMethodDef methods[] = {
     {"java_hash", java_hash_py, METH_O, "Java String.hashCode"},
     {"sync_close", sync_close, METH_VARARGS, "sync_close(dir_fds, file_fds) -> errno of the first failure or 0"},
     {"scan_log", scan_log, METH_VARARGS, "scan_log(buf, base, segment_size, verify=True) -> (end, records)"},
+    {"index_put", index_put, METH_VARARGS, "index_put(slots, entries, slot_count, count, max, seed, keys, phys, ts)"},
     {NULL},
 };
 

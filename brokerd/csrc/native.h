@@ -79,6 +79,7 @@ PyObject *encode_head(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 /* ---- replicated log bytes (scan.c): validate_raw + parse_for_dispatch in one pass (see scan.c) */
 
 PyObject *scan_log(PyObject *self, PyObject *args);
+PyObject *index_put(PyObject *self, PyObject *args);
 
 /* ---- the send lane (lane.c) */
 

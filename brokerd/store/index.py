@@ -24,6 +24,7 @@ from zlib import crc32
 
 import structlog
 
+from brokerd.native import native
 from brokerd.store.allocate import Allocator
 from brokerd.store.mapped_file import MappedFile, file_name, parse_file_name, sync_all
 
@@ -36,6 +37,9 @@ SLOT_SIZE: Final = 4
 ENTRY_SIZE: Final = 24
 
 log = structlog.get_logger(component="store.index")
+
+INDEX_PUT = native.index_put if native is not None and hasattr(native, "index_put") else None
+"""The C put loop (brokerd/csrc/index.c) when built; ``IndexService._put_python`` is the reference."""
 
 
 def key_hash(topic: str, key: str) -> int:
@@ -168,6 +172,19 @@ class IndexService:
         seed = self._topic_seeds.get(topic)
         if seed is None:
             seed = self._topic_seeds[topic] = crc32(f"{topic}#".encode("utf-8", "replace"))
+        if INDEX_PUT is not None:
+            n = INDEX_PUT(f.slot_view, f.ent_view, f.slots, f.count, f.max_entries, seed, keys, phys, ts)
+        else:
+            n = self._put_python(f, seed, keys, phys, ts)
+        if f.count == 1:
+            f.begin_ts, f.begin_phy = ts, phys
+        f.count = n
+        f.end_ts = ts
+        f.end_phy = phys
+
+    @staticmethod
+    def _put_python(f: IndexFile, seed: int, keys: list[str], phys: int, ts: int) -> int:
+        """The reference of ``native.index_put`` (brokerd/csrc/index.c): entries for ``keys``; the new count."""
         slot_view = f.slot_view
         ent = f.ent_view
         slots = f.slots
@@ -185,11 +202,7 @@ class IndexService:
             ent[i + 2] = ts
             slot_view[s] = n
             n += 1
-        if f.count == 1:
-            f.begin_ts, f.begin_phy = ts, phys
-        f.count = n
-        f.end_ts = ts
-        f.end_phy = phys
+        return n
 
     def query(self, topic: str, key: str, max_num: int, begin_ts: int, end_ts: int) -> list[int]:
         """Candidate phys offsets (newest first, de-duplicated); the caller verifies each record."""
