@@ -299,6 +299,7 @@ class Broker:
             "confirmOffset": st.confirm_offset, "diskUsageBytes": st.logical_usage_bytes(),
             "haServerAddr": f"{self.cfg.broker_ip1}:{self.replication.ha.port}",
             "masterEpoch": self.replication.master_epoch, "masterAddr": self.master_addr or "",
+            **self.replication.sync_counters(),
             "bootTimestamp": int(time.time() * 1000), "status": self.health()[0], "lastError": self.health()[1],
         }
 

@@ -282,6 +282,16 @@ class BrokerReplication:
         return cmd.response(ResponseCode.SUCCESS, None, {"masterHaAddress": master_ha, "masterAddress": master,
                                                          "masterFlushOffset": str(self.broker.store.flushed_offset)})
 
+    def sync_counters(self) -> dict[str, int]:
+        """Incremental metadata sync counters for GET_BROKER_RUNTIME_INFO (empty when it is off)."""
+        if self.msync is None:
+            return {}
+        journal = self.msync.journal
+        return {"metadataRecordsWritten": journal.records_total if journal is not None else 0,
+                "metadataRecordBytesWritten": journal.bytes if journal is not None else 0,
+                "metadataRecordsApplied": self.msync.follower.applied,
+                "metadataSnapshotsInstalled": self.msync.follower.bootstraps}  # fmt: skip
+
     def status(self) -> dict[str, Any]:
         st = self.ha.status()
         st["controllerMode"] = self.controller_mode

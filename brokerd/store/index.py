@@ -202,7 +202,7 @@ class IndexService:
             ent[i + 2] = ts
             slot_view[s] = n
             n += 1
-        return n
+        return int(n)
 
     def query(self, topic: str, key: str, max_num: int, begin_ts: int, end_ts: int) -> list[int]:
         """Candidate phys offsets (newest first, de-duplicated); the caller verifies each record."""

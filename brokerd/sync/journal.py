@@ -54,7 +54,7 @@ class MetadataJournal:
         self._commits = 0
         self._timer: asyncio.TimerHandle | None = None
         self.last_end = 0  # commit-log end of the last record written
-        self.records = 0
+        self.records_total = 0
         self.bytes = 0
         self.coalesced = 0  # offset commits folded into an unflushed record
         self.failures = 0
@@ -80,7 +80,7 @@ class MetadataJournal:
             self.failures += 1
             raise JournalError(f"change record of {rec.kind} {rec.key!r} not written: {res.status.name}")
         self.last_end = res.end_offset
-        self.records += 1
+        self.records_total += 1
         self.bytes += res.wrote_bytes
 
     # ------------------------------------------------------------------ coalesced offsets
@@ -142,5 +142,5 @@ class MetadataJournal:
             self._timer = None
 
     def stats(self) -> dict[str, int]:
-        return {"records": self.records, "bytes": self.bytes, "coalesced": self.coalesced,
+        return {"records": self.records_total, "bytes": self.bytes, "coalesced": self.coalesced,
                 "buffered": self.buffered, "failures": self.failures}  # fmt: skip

@@ -171,9 +171,9 @@ class MetadataSync:
     async def write_snapshot(self) -> None:
         """A snapshot file, when records were written since the last one (or none was written yet)."""
         journal = self.journal
-        if journal is None or journal.records == self._records_at_snapshot:
+        if journal is None or journal.records_total == self._records_at_snapshot:
             return
-        records = journal.records
+        records = journal.records_total
         await asyncio.to_thread(self.snapshots.write, self.snapshot_now())
         self._records_at_snapshot = records
 
