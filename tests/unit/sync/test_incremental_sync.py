@@ -8,6 +8,7 @@ the records equals both, and a snapshot plus the records after it equals the who
 from __future__ import annotations
 
 import random
+import time
 from pathlib import Path
 from typing import Any
 
@@ -170,5 +171,32 @@ async def test_offsets_are_coalesced_per_queue(tmp_path: Path) -> None:
         assert len(recs) == 1 and recs[0].value == {0: 4996, 1: 4997, 2: 4998, 3: 4999}
         assert journal.coalesced == 4999
         assert fold(empty_image(), recs)["consumer_offset"].entries == {"G@T": {0: 4996, 1: 4997, 2: 4998, 3: 4999}}
+    finally:
+        await store.shutdown()
+
+
+async def test_a_slave_whose_records_expired_installs_a_snapshot(tmp_path: Path) -> None:
+    """A follower whose position points below its log (the segments holding its next records were deleted) needs
+    a snapshot; after installing the master's it follows again and equals the master."""
+    cfg = StoreConfig(store_path_root_dir=str(tmp_path / "m"), mapped_file_size_commit_log=64 * 1024,
+                      mapped_file_size_consume_queue=20 * 64, max_hash_slot_num=100, max_index_num=400,
+                      disk_space_warning_level_ratio=1.0, disk_space_clean_forcibly_ratio=1.0)  # fmt: skip
+    store = MessageStore(cfg, store_host=HOST)
+    await store.start()
+    try:
+        master, behind = meta_at(tmp_path / "m"), meta_at(tmp_path / "s")
+        master.hub.journal = MetadataJournal(store, HOST, flush_commits=1)
+        follower = MetadataFollower(store, behind)
+        follower.install(Snapshot(master.export_sections(), {t: 0 for t in SYNC_TOPICS}))
+        for i in range(400):  # ~300 KiB of topic records: several segments
+            master.topics.update(TopicConfig(f"T{i}", 4, 4, attributes={"pad": "x" * 600}))
+        later = time.time_ns() // 1_000_000 + 100 * 3_600_000  # the segments are 100 h old by then
+        assert store.clean_expired_files(force=True, now_ms=later) > 0 and store.min_offset_in_queue(
+            "RMQ_SYS_TOPIC_CONFIG_SYNC", 0) > 0  # fmt: skip
+        assert follower.needs_bootstrap() and not follower.start()
+        follower.install(Snapshot(master.export_sections(), {t: store.max_offset_in_queue(t, 0) for t in SYNC_TOPICS}))
+        master.topics.update(TopicConfig("After", 4, 4))
+        follower.drain()
+        assert not follower.needs_bootstrap() and same_image(image(behind), image(master))
     finally:
         await store.shutdown()
