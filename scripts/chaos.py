@@ -3,6 +3,8 @@
 
     .venv/bin/python scripts/chaos.py --deployment single --faults kill,powerloss --cycles 6 --flush SYNC_FLUSH
     .venv/bin/python scripts/chaos.py --deployment controller --net netns --faults kill,pause,isolate --cycles 10
+    .venv/bin/python scripts/chaos.py --deployment ha-2c --net netns --faults kill,pause,isolate,cut-ctl,cut-peers \
+        --targets container,container,leader --cycles 12 --unavailability-targets kill=2,partition=5,pause=5
     .venv/bin/python scripts/chaos.py --replay chaos-results/<run>/result.json
     .venv/bin/python scripts/chaos.py --cleanup        # namespaces/links left by a killed harness
 
@@ -18,6 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from tests.chaos.harness.deployments import DEPLOYMENTS  # noqa: E402
 from tests.chaos.harness.nemesis import KINDS  # noqa: E402
 from tests.chaos.harness.net import cleanup_stale  # noqa: E402
 from tests.chaos.harness.runner import RunSpec, replay, run  # noqa: E402
@@ -29,11 +32,20 @@ def _pair(text: str) -> tuple[float, float]:
     return float(a), float(b or a)
 
 
+def _targets(text: str) -> dict[str, float]:
+    out = {}
+    for part in text.split(","):
+        k, _, v = part.partition("=")
+        out[k.strip()] = float(v)
+    return out
+
+
 def parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--deployment", default="single", choices=["single", "controller"])
+    ap.add_argument("--deployment", default="single", choices=list(DEPLOYMENTS))
     ap.add_argument("--net", default="auto", choices=["auto", "loopback", "netns", "proxy"])
-    ap.add_argument("--flush", default="SYNC_FLUSH", choices=["SYNC_FLUSH", "ASYNC_FLUSH"])
+    ap.add_argument("--flush", default=None, choices=["SYNC_FLUSH", "ASYNC_FLUSH"],
+                    help="flushDiskType (default: ASYNC_FLUSH on HA deployments, as shipped; else SYNC_FLUSH)")
     ap.add_argument("--faults", default="kill", help=f"comma-separated kinds: {', '.join(KINDS)}")
     ap.add_argument("--targets", default=None, help="comma-separated: leader, container, controller, any, or names")
     ap.add_argument("--cycles", type=int, default=4)
@@ -43,9 +55,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--gap", type=_pair, default=(1.0, 2.0), help="time between faults, e.g. 1,3")
     ap.add_argument("--producers", type=int, default=2)
     ap.add_argument("--queues", type=int, default=4)
+    ap.add_argument("--pace-ms", type=float, default=0.0, help="each sender's pause between messages")
     ap.add_argument("--real-client", action="store_true", help="also run the real RocketMQ client as a producer")
     ap.add_argument("--tmpfs-mb", type=int, default=0, help="store on a tmpfs of this size (needed for diskfull)")
     ap.add_argument("--flush-interval-ms", type=int, default=200, help="flushIntervalCommitLog (ASYNC_FLUSH)")
+    ap.add_argument("--unavailability-targets", type=_targets, default=None,
+                    help="fail when a p99 per fault category is above, e.g. kill=2,partition=5,pause=5")
+    ap.add_argument("--controller-clients", type=int, default=None,
+                    help="controller workload clients (default: 6 on the controller group, 2 alongside HA)")
     ap.add_argument("--out", default="chaos-results")
     ap.add_argument("--drop-deploy", action="store_true", help="remove deploy/ (configs, logs, data) of a passed run")
     ap.add_argument("--replay", default=None, help="a result.json: run its spec and schedule again")
@@ -64,10 +81,13 @@ def main(argv: list[str] | None = None) -> int:
     else:
         kinds = [k for k in a.faults.split(",") if k]
         default_targets = ["leader"] if a.deployment == "controller" else ["container"]
-        spec = RunSpec(deployment=a.deployment, net=a.net, flush=a.flush, seed=a.seed, kinds=kinds, cycles=a.cycles,
+        flush = a.flush or ("ASYNC_FLUSH" if a.deployment.startswith("ha-") else "SYNC_FLUSH")
+        spec = RunSpec(deployment=a.deployment, net=a.net, flush=flush, seed=a.seed, kinds=kinds, cycles=a.cycles,
                        targets=a.targets.split(",") if a.targets else default_targets, hold_s=a.hold, gap_s=a.gap,
-                       workload=WorkloadSpec(producers=a.producers, queues=a.queues, real_client=a.real_client),
-                       tmpfs_mb=a.tmpfs_mb, broker_extra={"flushIntervalCommitLog": a.flush_interval_ms})
+                       workload=WorkloadSpec(producers=a.producers, queues=a.queues, real_client=a.real_client,
+                                             controller_clients=a.controller_clients, pace_s=a.pace_ms / 1000),
+                       tmpfs_mb=a.tmpfs_mb, broker_extra={"flushIntervalCommitLog": a.flush_interval_ms},
+                       targets_s=a.unavailability_targets)
         last = max((f.at + f.duration for f in spec.faults()), default=0.0)
         spec.duration_s = a.duration or last + 3.0
         result = run(spec, out, keep_deploy=not a.drop_deploy)

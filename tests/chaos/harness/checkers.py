@@ -8,6 +8,7 @@ in each result, never hidden.
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
@@ -15,7 +16,9 @@ from typing import Any
 
 from controller.linearizability import Model, Operation, check
 
-from .history import Crash, History, RoleSample, Send
+from .checks_common import commits_by_key, offset_floor
+from .ha_checks import fault_unavailability, minority_acks, replicated_metadata, replicated_offsets, two_masters
+from .history import Commit, Crash, History, OffsetRead, Send
 
 
 @dataclass(frozen=True)
@@ -26,6 +29,10 @@ class CheckSettings:
     persist_slack_s: float = 1.0
     gap_s: float = 1.0  # a gap between acknowledged sends longer than this is an unavailability window
     examples: int = 10
+    replicated: bool = False  # broker sets with replicas (HA): no loss is excused by a crash of one process
+    metasync_s: float = 3.0  # how late a slave may be with offsets (and, 4.x full pull, topics and groups)
+    incremental_metadata: bool = False  # RIP-81: topics and groups acknowledged once replicated (none lost)
+    targets_s: dict[str, float] | None = None  # p99 unavailability targets per fault category (ha_checks)
 
 
 def _powerlosses_after(crashes: list[Crash], bset: str, t: float) -> list[Crash]:
@@ -36,9 +43,11 @@ def _powerlosses_after(crashes: list[Crash], bset: str, t: float) -> list[Crash]
 
 
 def acked_lost(h: History, s: CheckSettings) -> dict[str, Any]:
-    """Every acknowledged send must be in the final read-back. The only allowed exception: with ASYNC_FLUSH, a
-    message acknowledged before a power loss of its broker set (the page cache it sat in is gone). Such losses
-    are reported with their age at the crash, which should stay within the flush interval."""
+    """Every acknowledged send must be in the final read-back. The only allowed exception: with ASYNC_FLUSH and
+    unreplicated sets, a message acknowledged before a power loss of its broker set (the page cache it sat in is
+    gone). Such losses are reported with their age at the crash, which should stay within the flush interval.
+    Replicated sets (``s.replicated``): no exception (an acknowledged message is held by every replica of the
+    sync state set, and the nemesis takes down one process at a time)."""
     stored = {m.id for m in h.stored}
     acked: dict[str, Send] = {}
     for snd in h.sends:
@@ -48,7 +57,7 @@ def acked_lost(h: History, s: CheckSettings) -> dict[str, Any]:
     allowed, violations, ages = [], [], []
     for snd in lost:
         after = _powerlosses_after(h.crashes, snd.bset, snd.ret or snd.call)
-        if s.flush == "ASYNC_FLUSH" and after:
+        if s.flush == "ASYNC_FLUSH" and after and not s.replicated:
             allowed.append(snd)
             ages.append(max(0.0, after[0].t - (snd.ret or snd.call)))
         else:
@@ -89,7 +98,8 @@ def queue_order(h: History, s: CheckSettings) -> dict[str, Any]:
     holds one message: the same (broker set, topic, queue, offset) acknowledged, delivered or stored with a
     different id than seen before there is a violation, unless a power loss of the broker set came in between
     and the earlier id was not acknowledged at that position (consumers may read a message before it is
-    flushed) or was acknowledged under ASYNC_FLUSH: the position was then legitimately reused."""
+    flushed) or was acknowledged under ASYNC_FLUSH: the position was then legitimately reused. Replicated sets:
+    never (consumers see only confirmed data, which every replica of the sync state set holds)."""
     violations: list[str] = []
     by_queue: dict[tuple[str, str, int], list[Any]] = defaultdict(list)
     for m in h.stored:
@@ -116,7 +126,8 @@ def queue_order(h: History, s: CheckSettings) -> dict[str, Any]:
             if id1 == id2:
                 continue
             acked_there = how1 == "acked" or any(o[1] == id1 and o[2] == "acked" for o in obs)
-            if _erased_between(h, pos[0], t1, t2) and (not acked_there or s.flush == "ASYNC_FLUSH"):
+            if (not s.replicated and _erased_between(h, pos[0], t1, t2)
+                    and (not acked_there or s.flush == "ASYNC_FLUSH")):
                 reused += 1
             else:
                 violations.append(f"{pos}: {how2} {id2} at {t2:.3f}s, but {how1} {id1} at {t1:.3f}s")
@@ -125,29 +136,26 @@ def queue_order(h: History, s: CheckSettings) -> dict[str, Any]:
 
 
 def offset_regressions(h: History, s: CheckSettings) -> dict[str, Any]:
-    """A committed offset the broker reports must not be below an acknowledged commit that it had to keep: one
-    acknowledged with no crash of its broker set since, or acknowledged at least ``offset_persist_s`` (+ slack)
-    before that crash (the broker persists offsets periodically, as RocketMQ does). Lower values above that floor
-    are reported as ``not_yet_persisted`` (allowed)."""
-    commits = defaultdict(list)
-    for c in h.commits:
-        if c.ok and c.ret is not None:
-            commits[(c.group, c.bset, c.topic, c.queue)].append(c)
+    """A committed offset the broker reports must not be below what the last acknowledged commit it had to keep
+    left there: a commit acknowledged before the read was sent, with no crash of its broker set since, or
+    acknowledged at least ``offset_persist_s`` (+ slack) before that crash (the broker persists offsets
+    periodically, as RocketMQ does). Commits sent after that one (acknowledged or not) may have set a lower value
+    (a consumer moved back, e.g. by an offset correction), so the floor is the lowest of them. A read above the
+    floor but below what the last acknowledged commit left is counted as ``not_yet_persisted`` (allowed)."""
     violations, allowed = [], 0
+    by_key = commits_by_key(h)
+
+    def kept(c: Commit, r: OffsetRead) -> bool:
+        assert c.ret is not None
+        crash = next((x for x in h.crashes if x.bset == r.bset and c.ret <= x.t <= r.t), None)
+        return crash is None or crash.t - c.ret >= s.offset_persist_s + s.persist_slack_s
+
     for r in h.offset_reads:
         key = (r.group, r.bset, r.topic, r.queue)
-        floor, best = -1, -1
-        for c in commits.get(key, ()):
-            assert c.ret is not None
-            if c.ret > r.t:
-                continue
-            best = max(best, c.offset)
-            crash = next((x for x in h.crashes if x.bset == r.bset and c.ret <= x.t <= r.t), None)
-            if crash is None or crash.t - c.ret >= s.offset_persist_s + s.persist_slack_s:
-                floor = max(floor, c.offset)
+        floor, expected = offset_floor(by_key.get(key, []), r, kept)
         if r.offset < floor:
             violations.append(f"{key} read {r.offset} at {r.t:.3f}s, below kept commit {floor}")
-        elif r.offset < best:
+        elif r.offset < expected:
             allowed += 1
     return {"ok": not violations, "reads": len(h.offset_reads), "violations": len(violations),
             "not_yet_persisted": allowed, "examples": violations[: s.examples]}
@@ -184,31 +192,6 @@ def unavailability(h: History, s: CheckSettings, start: float = 0.0) -> dict[str
     return {"ok": True, "per_broker_set": out}
 
 
-def two_masters(samples: Iterable[RoleSample], s: CheckSettings) -> dict[str, Any]:
-    """Never two writable masters in one broker set. From polls of each broker's role: a violation is (a) two
-    brokers answering writable master with the same master epoch, or (b) a broker answering writable master
-    with epoch e in a poll that started after another broker's answer of writable master with a higher epoch
-    had returned (the old master kept accepting writes after a newer one existed)."""
-    violations = []
-    by_set: dict[str, list[RoleSample]] = defaultdict(list)
-    for x in samples:
-        if x.master and x.writable:
-            by_set[x.bset].append(x)
-    for bset, masters in by_set.items():
-        epochs: dict[int, str] = {}
-        for x in masters:
-            if x.epoch is not None and epochs.setdefault(x.epoch, x.broker) != x.broker:
-                violations.append(f"{bset}: {epochs[x.epoch]} and {x.broker} both master at epoch {x.epoch}")
-        for a in masters:
-            for b in masters:
-                if (a.broker != b.broker and a.epoch is not None and b.epoch is not None and a.epoch < b.epoch
-                        and b.ret < a.call):
-                    violations.append(f"{bset}: {a.broker} writable master (epoch {a.epoch}) at {a.call:.3f}s after "
-                                      f"{b.broker} answered master at epoch {b.epoch} by {b.ret:.3f}s")
-    return {"ok": not violations, "masters_sampled": sum(len(v) for v in by_set.values()),
-            "violations": len(violations), "examples": violations[: s.examples]}
-
-
 def linearizable(ops: list[Operation], model: Model[Any] | None, s: CheckSettings) -> dict[str, Any]:
     """The controller history is linearizable (Wing-Gong, ``controller/linearizability.py``), per key."""
     if not ops:
@@ -238,11 +221,18 @@ def check_all(h: History, s: CheckSettings, *, model: Model[Any] | None = None,
     """Run the checkers (all, or those named in ``checks``) and give the verdict."""
     table = {
         "acked_lost": lambda: acked_lost(h, s), "duplicates": lambda: duplicates(h, s),
-        "queue_order": lambda: queue_order(h, s), "offset_regressions": lambda: offset_regressions(h, s),
-        "metadata_lost": lambda: metadata_lost(h, s), "unavailability": lambda: unavailability(h, s),
-        "two_masters": lambda: two_masters(h.roles, s), "corrupt": lambda: corrupt(h, s),
-        "linearizable": lambda: linearizable(h.controller_ops, model, s), "processes": lambda: processes(h, s),
+        "queue_order": lambda: queue_order(h, s),
+        "offset_regressions": lambda: (replicated_offsets if s.replicated else offset_regressions)(h, s),
+        "metadata_lost": lambda: (replicated_metadata if s.replicated else metadata_lost)(h, s),
+        "unavailability": lambda: unavailability(h, s), "unavailability_by_fault": lambda: fault_unavailability(h, s),
+        "two_masters": lambda: two_masters(h, s), "minority_acks": lambda: minority_acks(h, s),
+        "corrupt": lambda: corrupt(h, s), "linearizable": lambda: linearizable(h.controller_ops, model, s),
+        "processes": lambda: processes(h, s),
     }
     names = list(checks) if checks is not None else list(table)
-    results = {n: table[n]() for n in names}
+    results = {}
+    for n in names:
+        t = time.monotonic()
+        results[n] = table[n]()
+        results[n]["check_s"] = round(time.monotonic() - t, 2)
     return {"ok": all(r["ok"] for r in results.values()), "checks": results}

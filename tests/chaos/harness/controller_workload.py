@@ -53,8 +53,10 @@ class SyncStateSetModel:
 
 
 class ControllerWorkload:
-    def __init__(self, dep: ControllerGroup, ops: list[Operation], t0: float, seed: int, clients: int = 6) -> None:
+    def __init__(self, dep: ControllerGroup, ops: list[Operation], t0: float, seed: int, clients: int = 6,
+                 pace_s: float = 0.0) -> None:
         self.dep, self.ops, self.t0, self.seed, self.nclients = dep, ops, t0, seed, clients
+        self.pace_s = pace_s  # each client's pause between operations (alongside brokers: leave them the CPU)
         self.stop = asyncio.Event()
         self.tasks: list[asyncio.Task[None]] = []
 
@@ -115,6 +117,11 @@ class ControllerWorkload:
         last_epoch = {n: 1 for n in SETS}
         try:
             while not self.stop.is_set():
+                if self.pace_s > 0:
+                    try:
+                        await asyncio.wait_for(self.stop.wait(), self.pace_s)
+                    except TimeoutError:
+                        pass
                 name = rng.choice(SETS)
                 if rng.random() < 0.5:
                     await self._read(c, cid, name, rng, last_epoch)

@@ -1,8 +1,8 @@
-"""Deployments as real processes: the default single container and the 3-member controller group.
+"""Deployments as real processes: the default single container and the 3-member controller group; the HA
+deployments (``ha-2c``, ``ha-3c``: containers in the cross layout with the controller group) are in ``ha.py``.
 
 A ``Deployment`` is a set of ``ProcNode`` processes on a ``Network`` plus what the workload and the nemesis need
-to find in it (see ``Deployment``). An HA deployment (two containers, a master and a slave of each broker set,
-with the 3-member controller) plugs in as one more class: see docs/chaos.md, "Adding a deployment".
+to find in it (see ``Deployment`` and docs/chaos.md, "Adding a deployment").
 """
 
 from __future__ import annotations
@@ -43,9 +43,32 @@ class Deployment(Protocol):
     async def controller_leader(self) -> str | None: ...
     async def roles(self, t0: float) -> list[RoleSample]: ...
     def settings(self) -> dict[str, Any]: ...
+    async def replica_state(self) -> dict[str, Any]:
+        """Per broker set: master, epoch and sync state set (HA); {} elsewhere. Recorded with each fault."""
+    def topology(self) -> dict[str, list[str]]:
+        """Broker address -> [its process, its broker set]."""
+    def network_fault_limit(self, names: list[str]) -> str | None:
+        """Why a network fault touching these processes cannot be applied faithfully here (None: it can)."""
+    async def aclose(self) -> None:
+        """Close the deployment's own client connections (before the event loop ends)."""
 
 
-async def _until(cond: Any, timeout: float, what: str) -> None:
+class _Basics:
+    """What the single container and the controller group share: no replicas, faults reach every link."""
+
+    nodes: dict[str, ProcNode]
+
+    async def replica_state(self) -> dict[str, Any]:
+        return {}
+
+    def network_fault_limit(self, names: list[str]) -> str | None:
+        return None
+
+    async def aclose(self) -> None:
+        return None
+
+
+async def until(cond: Any, timeout: float, what: str) -> None:
     """Poll an async condition until it holds or the deadline passes."""
     end = time.monotonic() + timeout
     last: BaseException | None = None
@@ -59,7 +82,8 @@ async def _until(cond: Any, timeout: float, what: str) -> None:
     raise TimeoutError(f"timed out after {timeout}s waiting for {what}" + (f" ({last!r})" if last else ""))
 
 
-class SingleContainer:
+
+class SingleContainer(_Basics):
     """``mqbrokercontainer`` with an embedded name server and ``brokers`` brokers (broker-a, broker-b, ...),
     every broker a master of its own broker set (the default deployment)."""
 
@@ -128,7 +152,7 @@ class SingleContainer:
             r = await arpc(self.namesrv_addr(), 105, {"topic": "TBW102"}, timeout=2.0)
             return r.code == 0 and len(orjson.loads(r.body)["brokerDatas"]) == len(self.ports)
 
-        await _until(ready, timeout, f"{node.name} brokers registered")
+        await until(ready, timeout, f"{node.name} brokers registered")
 
     def broker_sets(self) -> dict[str, list[str]]:
         return {b: [self.net.client_addr(self.node_name, p)] for b, p in self.ports.items()}
@@ -154,6 +178,9 @@ class SingleContainer:
 
     def settings(self) -> dict[str, Any]:
         return {"deployment": self.name, "flush": self.flush, "net": self.net.kind, "brokers": list(self.ports)}
+
+    def topology(self) -> dict[str, list[str]]:
+        return {addr: [self.node_name, b] for b, addrs in self.broker_sets().items() for addr in addrs}
 
     def fill_disk(self) -> Path:
         """Fill the store's filesystem (a tmpfs of ``tmpfs_mb``) with a ballast file; returns it."""
@@ -189,7 +216,7 @@ async def broker_role(bset: str, addr: str, t0: float) -> RoleSample | None:
     return RoleSample(bset, addr, master, writable, epoch, call, time.monotonic() - t0)
 
 
-class ControllerGroup:
+class ControllerGroup(_Basics):
     """Three (``n``) ``mqcontroller`` members. In proxy mode every Raft link goes through a proxy: member i uses
     raftPortOffset 1000*(i+1), so it listens on P_i + off_i and dials member j at P_j + off_i, where the proxy
     (i -> j) forwards to P_j + off_j."""
@@ -259,7 +286,7 @@ class ControllerGroup:
                     raise RuntimeError(f"{nm} exited:\n{self.nodes[nm].tail()}")
             return await self.controller_leader() is not None
 
-        await _until(ready, timeout, "a controller leader")
+        await until(ready, timeout, "a controller leader")
 
     async def controller_leader(self) -> str | None:
         """The member that answers it is leader (asked directly, not through redirects)."""
@@ -294,10 +321,21 @@ class ControllerGroup:
     def settings(self) -> dict[str, Any]:
         return {"deployment": self.name, "net": self.net.kind, "members": self.names, "raft_offsets": self.offsets}
 
+    def topology(self) -> dict[str, list[str]]:
+        return {}
+
+
+DEPLOYMENTS = ("single", "controller", "ha-2c", "ha-3c")
+
 
 def make_deployment(kind: str, root: Path, net: Network, **kw: Any) -> Deployment:
     if kind == "single":
         return SingleContainer(root, net, **kw)
     if kind == "controller":
         return ControllerGroup(root, net, **{k: v for k, v in kw.items() if k in ("n", "powerloss", "extra")})
-    raise ValueError(f"unknown deployment {kind!r} (single, controller; ha-2c comes with the HA issue)")
+    if kind in ("ha-2c", "ha-3c"):
+        from .ha import HADeployment  # ha.py builds on this module
+
+        keep = ("flush", "powerloss", "broker_extra", "controller_extra", "replicas")
+        return HADeployment(root, net, containers=int(kind[3]), **{k: v for k, v in kw.items() if k in keep})
+    raise ValueError(f"unknown deployment {kind!r}: {', '.join(DEPLOYMENTS)}")

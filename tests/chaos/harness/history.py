@@ -29,6 +29,7 @@ class Send:
     ok: bool = False  # acknowledged (SEND_OK)
     code: int | None = None
     offset: int | None = None  # queue offset the broker answered
+    broker: str = ""  # the address it was sent to (the broker that answered, when it answered)
 
 
 @dataclass
@@ -54,6 +55,7 @@ class Commit:
     call: float
     ret: float | None = None
     ok: bool = False
+    broker: str = ""
 
 
 @dataclass
@@ -66,6 +68,8 @@ class OffsetRead:
     queue: int
     offset: int
     t: float
+    broker: str = ""
+    call: float | None = None  # when the read was sent (``t`` is when its answer arrived)
 
 
 @dataclass
@@ -78,6 +82,7 @@ class MetaOp:
     call: float
     ret: float | None = None
     ok: bool = False
+    broker: str = ""
 
 
 @dataclass
@@ -108,11 +113,21 @@ class RoleSample:
 
 @dataclass
 class FaultEvent:
+    """A fault as executed: ``start`` (decided) <= ``applied`` (in force) <= ``healing`` (heal begins) <= ``end``
+    (healed) <= ``ready`` (the deployment was ready again). ``cut``: the directed node pairs whose packets were
+    dropped; ``state``: the deployment's replica state when the fault was applied (HA: per broker set the
+    master, its epoch and the sync state set, as the controller saw them)."""
+
     kind: str
     target: str
     start: float
     end: float | None = None
     detail: str = ""
+    applied: float | None = None
+    healing: float | None = None
+    ready: float | None = None
+    cut: list[list[str]] = field(default_factory=list)
+    state: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -140,6 +155,9 @@ class History:
     faults: list[FaultEvent] = field(default_factory=list)
     crashes: list[Crash] = field(default_factory=list)
     controller_ops: list[Operation] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)  # e.g. a pull moving the consumer ("offset-moved")
+    brokers: dict[str, list[str]] = field(default_factory=dict)  # broker address -> [process, broker set]
+    controllers: list[str] = field(default_factory=list)  # controller process names
     end: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
@@ -166,6 +184,9 @@ class History:
         h.corrupt = list(doc.get("corrupt", []))
         h.meta_present = {k: list(v) for k, v in doc.get("meta_present", {}).items()}
         h.controller_ops = [op_from_json(x) for x in doc.get("controller_ops", [])]
+        h.events = [dict(x) for x in doc.get("events", [])]
+        h.brokers = {k: list(v) for k, v in doc.get("brokers", {}).items()}
+        h.controllers = list(doc.get("controllers", []))
         h.end = float(doc.get("end", 0.0))
         return h
 

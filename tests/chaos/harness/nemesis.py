@@ -17,8 +17,16 @@ isolate        the target cannot exchange packets with any other process (the ha
 split          majority/minority: the target plus one random peer fewer than half on one side
 oneway         packets from the target to every other process are dropped (replies to it still flow)
 slow           100 ± 50 ms delay and 5 % loss on every link of the target
+loss           5 % packet loss (both ways) on every link of the target, no delay (netns without sch_netem)
+cut-ctl        a container cut from the controllers only (its brokers still reach each other's sets)
+cut-peers      a container cut from the other containers only: its masters from their slaves and its
+               slaves from their masters (the controllers and the harness still reach everything)
 diskfull       the target's store filesystem is filled (a tmpfs of ``tmpfs_mb``), freed after ``duration``
 =============  ===========================================================================================
+
+Each executed fault records when it was in force (``applied`` .. ``healing``), the directed process pairs it
+cut (``cut``) and the deployment's replica state when it was applied (``state``): the minority and
+unavailability checks read them.
 """
 
 from __future__ import annotations
@@ -31,10 +39,12 @@ from typing import Any
 
 from .deployments import Deployment, SingleContainer
 from .history import Crash, FaultEvent, History
-from .net import CLIENT, Unsupported, partition
+from .net import CLIENT, Blocker, Unsupported, partition
 
-KINDS = ("kill", "pause", "powerloss", "isolate", "split", "oneway", "slow", "diskfull")
-NET_KINDS = ("isolate", "split", "oneway", "slow")
+KINDS = ("kill", "pause", "powerloss", "isolate", "split", "oneway", "slow", "loss", "cut-ctl", "cut-peers",
+         "diskfull")
+NET_KINDS = ("isolate", "split", "oneway", "slow", "loss", "cut-ctl", "cut-peers")
+CONTAINER_KINDS = ("cut-ctl", "cut-peers")  # a generated target that is no container becomes "container"
 
 
 @dataclass
@@ -64,7 +74,10 @@ def generate(seed: int, kinds: list[str], cycles: int, *, start: float = 2.0, ga
             rng.shuffle(order)
         kind = order.pop()
         d = round(rng.uniform(*hold), 2)
-        out.append(Fault(round(t, 2), kind, rng.choice(targets or ["leader"]), d))
+        target = rng.choice(targets or ["leader"])
+        if kind in CONTAINER_KINDS and target in ("leader", "controller", "any"):
+            target = "container"
+        out.append(Fault(round(t, 2), kind, target, d))
         t += d + rng.uniform(*gap) + 1.0  # + time to recover
     return out
 
@@ -115,14 +128,24 @@ class Nemesis:
         ev = FaultEvent(f.kind, name, self.now(), detail=f.target)
         for n in self.dep.nodes:
             self.note_exit(n)
+        ev.state = await self._replica_state()
         heal = await self.apply(f.kind, name, ev)
+        ev.applied = self.now()
         self.h.faults.append(ev)
         self.log(f"[nemesis] {ev.start:7.2f}s {f.kind} {name} for {f.duration}s")
         await asyncio.sleep(f.duration)  # sleep-ok: how long the fault holds (the schedule)
+        ev.healing = self.now()
         await asyncio.to_thread(heal)
         ev.end = self.now()
         await self.dep.wait_ready()
+        ev.ready = self.now()
         self.log(f"[nemesis] {self.now():7.2f}s healed {f.kind} {name} (ready)")
+
+    async def _replica_state(self) -> dict[str, Any]:
+        try:
+            return await asyncio.wait_for(self.dep.replica_state(), 3.0)
+        except Exception as e:  # noqa: BLE001 - recorded, not fatal: the fault still runs
+            return {"error": repr(e)}
 
     async def apply(self, kind: str, name: str, ev: FaultEvent) -> Any:
         """Inject the fault; returns how to heal it. Process operations run on a thread, so the workload keeps
@@ -154,11 +177,17 @@ class Nemesis:
                 raise Unsupported("diskfull: only the single-container deployment has a sized store filesystem")
             await asyncio.to_thread(self.dep.fill_disk)
             return self.dep.free_disk
-        return await asyncio.to_thread(self._net_fault, kind, name)
+        why = self.dep.network_fault_limit([name])
+        if why:
+            raise Unsupported(why)
+        return await asyncio.to_thread(self._net_fault, kind, name, ev)
 
-    def _net_fault(self, kind: str, name: str) -> Any:
-        net = self.dep.net
+    def _net_fault(self, kind: str, name: str, ev: FaultEvent) -> Any:
+        net = CutRecorder(self.dep.net, ev.cut)
         others = [n for n in self.dep.nodes if n != name]
+        of_kind = {k: [n for n in others if self.dep.nodes[n].kind == k] for k in ("container", "controller")}
+        if kind in CONTAINER_KINDS and self.dep.nodes[name].kind != "container":
+            raise Unsupported(f"{kind}: the target must be a container, not {name}")
         if kind == "isolate":
             partition(net, [[name], others or [CLIENT]])
         elif kind == "split":
@@ -171,11 +200,18 @@ class Nemesis:
         elif kind == "oneway":
             for o in others or [CLIENT]:
                 net.block(name, o)
+        elif kind in ("cut-ctl", "cut-peers"):
+            group = of_kind["controller" if kind == "cut-ctl" else "container"]
+            if not group:
+                raise Unsupported(f"{kind}: no {'controller' if kind == 'cut-ctl' else 'other container'} to cut")
+            partition(net, [[name], group])
         elif kind == "slow":
-            net.slow([name], 100.0, 50.0, 0.05)
+            self.dep.net.slow([name], 100.0, 50.0, 0.05)
+        elif kind == "loss":
+            self.dep.net.slow([name], 0.0, 0.0, 0.05)
         else:
             raise ValueError(f"unknown fault kind {kind!r}")
-        return net.heal
+        return self.dep.net.heal
 
     async def heal_all(self) -> None:
         """After the schedule (and on the way out): network healed, paused processes resumed, dead ones
@@ -198,3 +234,14 @@ class Nemesis:
             self.dep.nodes[name].expected_down = True
             self.h.faults.append(FaultEvent("unexpected-exit", name, self.now(), self.now(), f"exit code {rc}"))
             self.log(f"[nemesis] {name} exited on its own (exit code {rc})")
+
+
+class CutRecorder:
+    """A network's ``block`` that also records each directed pair it cut (into a fault's ``cut``)."""
+
+    def __init__(self, net: Blocker, cut: list[list[str]]) -> None:
+        self.net, self.cut = net, cut
+
+    def block(self, src: str, dst: str) -> None:
+        self.net.block(src, dst)
+        self.cut.append([src, dst])

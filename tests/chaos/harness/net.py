@@ -48,7 +48,11 @@ class Network(Protocol):
     def teardown(self) -> None: ...
 
 
-def partition(net: Network, groups: list[list[str]]) -> None:
+class Blocker(Protocol):
+    def block(self, src: str, dst: str) -> None: ...
+
+
+def partition(net: Blocker, groups: list[list[str]]) -> None:
     """Block every pair of nodes in different groups, both ways (a node in no group is not affected)."""
     for i, a in enumerate(groups):
         for b in groups[i + 1 :]:
@@ -131,12 +135,18 @@ class NetnsNet:
         return f"ch{self.run_id}{name}"
 
     def setup(self, names: list[str]) -> None:
+        """Add these nodes (the bridge is made by the first call: a deployment of several parts, e.g. the
+        controller group and the containers of an HA deployment, calls it once per part)."""
         try:
-            _run(["ip", "link", "add", self.bridge, "type", "bridge"])
-            self._made.append(("link", self.bridge))
-            _run(["ip", "addr", "add", f"{self.client_ip}/24", "dev", self.bridge])
-            _run(["ip", "link", "set", self.bridge, "up"])
-            for i, name in enumerate(names):
+            if not self._made:
+                _run(["ip", "link", "add", self.bridge, "type", "bridge"])
+                self._made.append(("link", self.bridge))
+                _run(["ip", "addr", "add", f"{self.client_ip}/24", "dev", self.bridge])
+                _run(["ip", "link", "set", self.bridge, "up"])
+            for name in names:
+                if name in self.ips:
+                    raise ValueError(f"node {name!r} is already set up")
+                i = len(self.ips)
                 self._add_node(name, f"{self.subnet}.{i + 2}", i)
         except BaseException:
             self.teardown()
@@ -196,10 +206,12 @@ class NetnsNet:
                 if res.returncode != 0:
                     raise Unsupported(f"tc netem: {res.stderr.strip()} (this kernel has no sch_netem: use --net proxy)")
                 self._netem.add(name)
-            if loss:
+            if loss:  # both directions: every link of the node loses packets either way
                 if not self.nft:
                     raise Unsupported("packet loss needs nftables (nft) in netns mode")
-                self._nft(name, f"add rule inet chaos input numgen random mod 1000 < {int(loss * 1000)} drop")
+                for hook, dev in (("input", "iifname"), ("output", "oifname")):
+                    self._nft(name, f"add rule inet chaos {hook} {dev} != lo numgen random mod 1000 < "
+                                    f"{int(loss * 1000)} drop")
 
     def heal(self) -> None:
         for name in self.ips:

@@ -29,6 +29,22 @@ def timeline_series(hist: dict[str, Any]) -> dict[str, list[float]]:
     return out
 
 
+COLORS = {"kill": "red", "powerloss": "black", "pause": "orange", "isolate": "purple", "split": "purple",
+          "oneway": "magenta", "slow": "green", "loss": "green", "cut-ctl": "blue", "cut-peers": "teal",
+          "diskfull": "brown"}
+
+
+def panels(hist: dict[str, Any]) -> list[dict[str, list[float]]]:
+    """The broker sets' acknowledged sends on one panel; the real client's and the controller workload's (other
+    scales) on a second one when there are both."""
+    sets = {b for _, b in hist.get("brokers", {}).values()}
+    main: dict[str, list[float]] = {}
+    other: dict[str, list[float]] = {}
+    for label, pts in timeline_series(hist).items():
+        (main if not sets or label.removeprefix("acked sends ") in sets else other)[label] = pts
+    return [p for p in (main, other) if p]
+
+
 def plot(result: dict[str, Any], hist: dict[str, Any], path: Path) -> bool:
     try:
         import matplotlib
@@ -38,23 +54,27 @@ def plot(result: dict[str, Any], hist: dict[str, Any], path: Path) -> bool:
     except ImportError:
         return False
     end = max(hist.get("end", 0.0), 0.1)
-    fig, ax = plt.subplots(figsize=(11, 3.6), dpi=100)
-    for label, pts in sorted(timeline_series(hist).items()):
-        xs, ys = series(pts, end)
-        ax.step(xs, ys, where="post", label=label, linewidth=0.9)
-    colors = {"kill": "red", "powerloss": "black", "pause": "orange", "isolate": "purple", "split": "purple",
-              "oneway": "magenta", "slow": "green", "diskfull": "brown"}
-    for f in hist.get("faults", []):
-        stop = f["end"] if f["end"] is not None else end
-        ax.axvspan(f["start"], stop, color=colors.get(f["kind"], "grey"), alpha=0.18)
-        ax.text(f["start"], ax.get_ylim()[1] * 0.95, f"{f['kind']} {f['target']}", fontsize=7, rotation=90,
-                va="top", ha="right")
-    ax.set_xlabel("seconds since start")
-    ax.set_ylabel("per 100 ms")
-    ax.set_title(f"{result['spec']['deployment']} seed {result['spec']['seed']}: "
-                 f"{'PASS' if result['ok'] else 'FAIL'}")
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(loc="lower right", fontsize=7)
+    groups = panels(hist) or [{}]
+    fig, axes = plt.subplots(len(groups), 1, figsize=(11, 3.6 if len(groups) == 1 else 5.6), dpi=100, sharex=True,
+                             squeeze=False)
+    for k, (ax, group) in enumerate(zip(axes[:, 0], groups, strict=True)):
+        for label, pts in sorted(group.items()):
+            xs, ys = series(pts, end)
+            ax.step(xs, ys, where="post", label=label, linewidth=0.9)
+        if k == 0:
+            ax.set_ylim(0, max(ax.get_ylim()[1], 1) * 1.5)  # room for the fault labels above the data
+        for f in hist.get("faults", []):
+            stop = f["end"] if f["end"] is not None else end
+            ax.axvspan(f["start"], stop, color=COLORS.get(f["kind"], "grey"), alpha=0.18)
+            if k == 0:
+                ax.text(f["start"], ax.get_ylim()[1] * 0.95, f"{f['kind']} {f['target']}", fontsize=7, rotation=90,
+                        va="top", ha="right")
+        ax.set_ylabel("per 100 ms")
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(loc="lower right", fontsize=7)
+    axes[-1, 0].set_xlabel("seconds since start")
+    axes[0, 0].set_title(f"{result['spec']['deployment']} seed {result['spec']['seed']}: "
+                         f"{'PASS' if result['ok'] else 'FAIL'}")
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -91,6 +111,7 @@ def markdown(result: dict[str, Any], hist: dict[str, Any], png: str | None) -> s
             lines.append(f"* {bset}: longest {u['longest_s']} s, p99 {u['p99_s']} s, {len(u['windows'])} windows")
             lines += [f"  * {w['start']}–{w['end']} s ({w['s']} s) during {', '.join(w['faults']) or 'no fault'}"
                       for w in u["windows"][:8]]
+    lines += _by_fault(checks.get("unavailability_by_fault", {}))
     if result.get("power_loss_restores"):
         lines += ["", "## Power losses", ""]
     for r in result.get("power_loss_restores", [])[:10]:
@@ -104,6 +125,20 @@ def markdown(result: dict[str, Any], hist: dict[str, Any], png: str | None) -> s
     if png:
         lines += ["", f"![timeline]({png})"]
     return "\n".join(lines) + "\n"
+
+
+def _by_fault(c: dict[str, Any]) -> list[str]:
+    """The unavailability each fault caused, per broker set and fault category (``ha_checks``)."""
+    per = c.get("per_broker_set") or {}
+    if not per:
+        return []
+    lines = ["", "## Unavailability per fault (longest stretch without an acknowledged send, fault to ready)", "",
+             f"Targets (p99): {c.get('targets_s') or 'none'}", "",
+             "| broker set | category | faults | p50 (s) | p99 (s) | max (s) |", "|---|---|---|---|---|---|"]
+    for bset, cats in per.items():
+        lines += [f"| {bset} | {cat} | {st['faults']} | {st['p50_s']} | {st['p99_s']} | {st['max_s']} |"
+                  for cat, st in cats.items()]
+    return lines
 
 
 def write(result: dict[str, Any], hist: dict[str, Any], out: Path) -> None:

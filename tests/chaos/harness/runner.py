@@ -22,6 +22,7 @@ from . import realclient, report
 from .checkers import CheckSettings, check_all
 from .controller_workload import ControllerWorkload, SyncStateSetModel
 from .deployments import ControllerGroup, Deployment, make_deployment
+from .ha import HA_BROKER_DEFAULTS
 from .history import History
 from .nemesis import Fault, Nemesis, generate
 from .net import make_network
@@ -45,6 +46,7 @@ class RunSpec:
     tmpfs_mb: int = 0
     broker_extra: dict[str, Any] = field(default_factory=dict)
     label: str = ""
+    targets_s: dict[str, float] | None = None  # p99 unavailability targets per fault category (kill, partition, ...)
 
     def faults(self) -> list[Fault]:
         if self.schedule is None:
@@ -68,7 +70,22 @@ class RunSpec:
 
 def check_settings(spec: RunSpec) -> CheckSettings:
     interval = float(spec.broker_extra.get("flushIntervalCommitLog", 200)) / 1000
-    return CheckSettings(flush=spec.flush, flush_interval_s=interval)
+    ha = spec.deployment.startswith("ha-")
+    extra = {**(HA_BROKER_DEFAULTS if ha else {}), **spec.broker_extra}
+    incremental = str(extra.get("allowMetadataIncrementalSync", "false")).lower() == "true"
+    if incremental:  # offsets: one record per changed queue every metadataOffsetFlushInterval
+        metasync = float(extra.get("metadataOffsetFlushInterval", 100)) / 1000
+    else:  # the 4.x full pull
+        metasync = float(extra.get("slaveSyncMetadataInterval", 3000)) / 1000
+    return CheckSettings(flush=spec.flush, flush_interval_s=interval, replicated=ha, metasync_s=metasync,
+                         incremental_metadata=incremental, targets_s=spec.targets_s)
+
+
+def controller_clients(spec: RunSpec) -> int:
+    """The controller workload's clients: the controller deployment's, and (fewer) alongside the HA brokers."""
+    if spec.workload.controller_clients is not None:
+        return spec.workload.controller_clients
+    return {"controller": 6}.get(spec.deployment, 2 if spec.deployment.startswith("ha-") else 0)
 
 
 def run(spec: RunSpec, out_root: Path, log: Any = print, *, keep_deploy: bool = True) -> dict[str, Any]:
@@ -101,6 +118,8 @@ async def _run(spec: RunSpec, out: Path, log: Any) -> dict[str, Any]:
     try:
         dep = make_deployment(spec.deployment, out / "deploy", net, flush=spec.flush, powerloss=powerloss,
                               tmpfs_mb=spec.tmpfs_mb, broker_extra=spec.broker_extra)
+        h.brokers = dep.topology()
+        h.controllers = [n for n, node in dep.nodes.items() if node.kind == "controller"]
         try:
             dep.start()
             await dep.wait_ready()
@@ -111,11 +130,12 @@ async def _run(spec: RunSpec, out: Path, log: Any) -> dict[str, Any]:
             error = traceback.format_exc()
             log(f"[run] aborted: {error}")
         finally:
+            await dep.aclose()
             dep.stop()
     finally:
         net.teardown()
     settings = check_settings(spec)
-    model = SyncStateSetModel() if spec.deployment == "controller" else None
+    model = SyncStateSetModel() if controller_clients(spec) else None
     checks = check_all(h, settings, model=model)
     return {"spec": spec.to_json(), "started": wall, "ok": checks["ok"] and error is None, "error": error,
             "summary": summarize(h),
@@ -125,7 +145,10 @@ async def _run(spec: RunSpec, out: Path, log: Any) -> dict[str, Any]:
 
 async def _drive(spec: RunSpec, dep: Deployment, h: History, t0: float, nem: Nemesis, out: Path, log: Any) -> None:
     bw = BrokerWorkload(dep, h, t0, spec.workload, spec.seed) if dep.broker_sets() else None
-    cw = ControllerWorkload(dep, h.controller_ops, t0, spec.seed) if isinstance(dep, ControllerGroup) else None
+    group = dep if isinstance(dep, ControllerGroup) else getattr(dep, "ctl", None)
+    n = controller_clients(spec)
+    pace = 0.0 if isinstance(dep, ControllerGroup) else 0.05
+    cw = ControllerWorkload(group, h.controller_ops, t0, spec.seed, clients=n, pace_s=pace) if group and n else None
     rc = None
     if cw is not None:
         await cw.start()

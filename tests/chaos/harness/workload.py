@@ -4,7 +4,8 @@ loop creating topics and groups, a role poller, and the final read-back of every
 
 Producers: one sender per (producer, queue), each sending its next message only after the previous one was
 acknowledged or given up (so per-queue order is checkable); a send that fails or times out is retried with the
-same id (duplicates are possible and counted). Message id ``<producer>-q<queue>-<seq>`` is in the ``chaosId``
+same id (duplicates are possible and counted). Message id ``<producer>-<broker set>-q<queue>-<seq>`` (unique
+across broker sets: ``message_id``) is in the ``chaosId``
 property and the body.
 """
 
@@ -44,6 +45,8 @@ class WorkloadSpec:
     commit_every_s: float = 0.2
     roles_every_s: float = 0.25
     real_client: bool = False
+    pace_s: float = 0.0  # each sender waits this long between messages (0: as fast as acknowledgements come)
+    controller_clients: int | None = None  # controller workload clients (None: 6 on the controller group, 2 on HA)
 
 
 class BrokerWorkload:
@@ -60,10 +63,18 @@ class BrokerWorkload:
 
     async def call(self, bset: str, code: int, ext: dict[str, str], body: bytes | None = None,
                    timeout: float = 3.0) -> RemotingCommand:
+        return (await self.call_at(bset, code, ext, body, timeout))[1]
+
+    async def call_at(self, bset: str, code: int, ext: dict[str, str], body: bytes | None = None,
+                      timeout: float = 3.0, into: Any = None) -> tuple[str, RemotingCommand]:
+        """Send to the set's current master; returns (its address, the answer). ``into``: a record whose
+        ``broker`` is set to the address before sending (so it is known also when no answer comes)."""
         addr = await self.dep.master_addr(bset)
         if addr is None:
             raise ConnectionClosed(f"{bset}: no master")
-        return await self.client.invoke(addr, request(code, ext, body), timeout)
+        if into is not None:
+            into.broker = addr
+        return addr, await self.client.invoke(addr, request(code, ext, body), timeout)
 
     # ------------------------------------------------------------------ metadata
 
@@ -72,11 +83,11 @@ class BrokerWorkload:
         self.h.meta.append(op)
         try:
             if kind == "topic":
-                r = await self.call(bset, 17, {"topic": name, "defaultTopic": "TBW102", "readQueueNums": str(queues),
-                                               "writeQueueNums": str(queues), "perm": "6",
-                                               "topicFilterType": "SINGLE_TAG"})
+                _, r = await self.call_at(bset, 17, {"topic": name, "defaultTopic": "TBW102",
+                                                     "readQueueNums": str(queues), "writeQueueNums": str(queues),
+                                                     "perm": "6", "topicFilterType": "SINGLE_TAG"}, into=op)
             else:
-                r = await self.call(bset, 200, {}, orjson.dumps({"groupName": name}))
+                _, r = await self.call_at(bset, 200, {}, orjson.dumps({"groupName": name}), into=op)
         except NET_ERRORS:
             return False
         op.ret, op.ok = self.now(), r.code == 0
@@ -115,7 +126,9 @@ class BrokerWorkload:
     async def sender(self, producer: str, bset: str, queue: int) -> None:
         seq = 0
         while not self.stop.is_set():
-            ident = f"{producer}-q{queue}-{seq}"
+            if self.spec.pace_s > 0:
+                await self._pause(self.spec.pace_s)  # sleep-ok: the configured send rate, not synchronisation
+            ident = message_id(producer, bset, queue, seq)
             while not self.stop.is_set():
                 snd = Send(ident, bset, TOPIC, producer, seq, queue, self.now())
                 self.h.sends.append(snd)
@@ -129,6 +142,7 @@ class BrokerWorkload:
             addr = await self.dep.master_addr(snd.bset)
             if addr is None:
                 return False
+            snd.broker = addr
             r = await self.client.invoke(addr, self._send_cmd(snd), self.spec.send_timeout_s)
         except NET_ERRORS:
             return False  # outcome unknown (ret stays None)
@@ -159,37 +173,43 @@ class BrokerWorkload:
                     self.h.deliveries.append(Delivery(ident, bset, TOPIC, queue, m.queue_offset, self.now()))
                     offset = m.queue_offset + 1
             elif "nextBeginOffset" in r.ext and r.code in (20, 21):
-                offset = int(r.ext["nextBeginOffset"])
+                moved = int(r.ext["nextBeginOffset"])
+                if moved != offset:
+                    self.h.events.append({"t": self.now(), "kind": "offset-moved", "bset": bset, "queue": queue,
+                                          "from": offset, "to": moved, "code": r.code})
+                offset = moved
             if self.now() - last_commit >= self.spec.commit_every_s:
                 last_commit = self.now()
                 await self.commit(bset, queue, offset)
 
     async def _start_offset(self, bset: str, queue: int, current: int) -> int:
         """The committed offset (0 when the broker has none); ``current`` when the broker does not answer."""
-        off = await self.query_offset(bset, queue, record=False)
+        off = await self.query_offset(bset, queue)
         return current if off is None else max(off, 0)
 
     async def commit(self, bset: str, queue: int, offset: int) -> None:
         c = Commit(GROUP, bset, TOPIC, queue, offset, self.now())
         self.h.commits.append(c)
         try:
-            r = await self.call(bset, 15, {"consumerGroup": GROUP, "topic": TOPIC, "queueId": str(queue),
-                                           "commitOffset": str(offset)}, timeout=2.0)
+            _, r = await self.call_at(bset, 15, {"consumerGroup": GROUP, "topic": TOPIC, "queueId": str(queue),
+                                                 "commitOffset": str(offset)}, timeout=2.0, into=c)
         except NET_ERRORS:
             return
         c.ret, c.ok = self.now(), r.code == 0
 
     async def query_offset(self, bset: str, queue: int, *, record: bool = True) -> int | None:
         """The committed offset, -1 when the broker has none, None when it did not answer."""
+        call = self.now()
         try:
-            r = await self.call(bset, 14, {"consumerGroup": GROUP, "topic": TOPIC, "queueId": str(queue)}, timeout=2.0)
+            addr, r = await self.call_at(bset, 14, {"consumerGroup": GROUP, "topic": TOPIC, "queueId": str(queue)},
+                                         timeout=2.0)
         except NET_ERRORS:
             return None
         if r.code not in (0, 22):
             return None
         off = int(r.ext.get("offset", "-1")) if r.code == 0 else -1
         if record:
-            self.h.offset_reads.append(OffsetRead(GROUP, bset, TOPIC, queue, off, self.now()))
+            self.h.offset_reads.append(OffsetRead(GROUP, bset, TOPIC, queue, off, self.now(), addr, call))
         return off
 
     async def offset_reader(self, bset: str) -> None:
@@ -274,8 +294,14 @@ class BrokerWorkload:
         self.h.meta_present.setdefault("group", []).extend(groups)
 
 
+def message_id(producer: str, bset: str, queue: int, seq: int) -> str:
+    """Unique per message of the run: every broker set has its own senders with the same producer names."""
+    return f"{producer}-{bset}-q{queue}-{seq}"
+
+
 def summarize(h: History) -> dict[str, Any]:
     acked = sum(1 for s in h.sends if s.ok)
     return {"send_attempts": len(h.sends), "acknowledged": acked, "deliveries": len(h.deliveries),
             "commits": len(h.commits), "offset_reads": len(h.offset_reads), "meta_ops": len(h.meta),
-            "stored": len(h.stored), "role_samples": len(h.roles), "controller_ops": len(h.controller_ops)}
+            "stored": len(h.stored), "role_samples": len(h.roles), "controller_ops": len(h.controller_ops),
+            "offset_moves": sum(1 for e in h.events if e.get("kind") == "offset-moved")}

@@ -1,0 +1,70 @@
+"""Chaos runs on the HA deployment (``ha-2c``: the controller group, which is also the name-server cluster, and
+two containers in the cross layout of conf/container/2c-1m1s; controller mode, allAckInSyncStateSet, SYNC
+replication). Network faults need network namespaces (root): without them the short run uses kills and pauses
+only. The long run is opt-in (``-m slow``); docs/chaos.md quotes its report (docs/chaos-runs/)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.chaos.harness import realclient
+from tests.chaos.harness.nemesis import Fault
+from tests.chaos.harness.net import netns_available
+from tests.chaos.harness.runner import RunSpec, run
+from tests.chaos.harness.workload import WorkloadSpec
+
+pytestmark = pytest.mark.integration
+NETNS = netns_available() is None
+TARGETS = {"kill": 2.0, "partition": 5.0, "pause": 5.0}  # p99 unavailability per broker set (s)
+
+
+def _run(tmp_path: Path, spec: RunSpec) -> dict[str, Any]:
+    last = max(f.at + f.duration for f in spec.faults())
+    spec.duration_s = last + 3.0  # as scripts/chaos.py
+    result = run(spec, tmp_path, keep_deploy=True)
+    assert result["error"] is None, result["error"]
+    checks = result["checks"]
+    print(f"\n{result['dir']}\n" + "\n".join(f"  {n}: {c}" for n, c in checks.items() if n != "unavailability"))
+    failed = {n: c for n, c in checks.items() if not c["ok"]}
+    assert not failed, f"checks failed: {failed} (report: {result['dir']}/report.md)"
+    assert not result["skipped_faults"], result["skipped_faults"]
+    return result
+
+
+def test_ha_2c_survives_a_container_kill_a_pause_and_an_isolation(tmp_path: Path) -> None:
+    """Kill the container mastering broker-a (it fails over to c1), hang c1 (now master of both sets: both fail
+    over to c0), then cut c0 off from every other process (both sets fail over back to c1; the harness still
+    reaches c0, whose sends must not be acknowledged). Nothing acknowledged is lost, per-queue order holds, no
+    two writable masters, unavailability within the targets."""
+    third = Fault(13.0, "isolate", "c0", 2.5) if NETNS else Fault(13.0, "kill", "c0", 1.0)
+    spec = RunSpec(deployment="ha-2c", net="netns" if NETNS else "loopback", flush="ASYNC_FLUSH", seed=7,
+                   schedule=[Fault(2.0, "kill", "c0", 1.0), Fault(7.0, "pause", "c1", 2.5), third],
+                   workload=WorkloadSpec(pace_s=0.02, admin_every_s=0.5), targets_s=TARGETS, label="ha-2c-short")
+    r = _run(tmp_path, spec)
+    checks = r["checks"]
+    assert checks["acked_lost"]["acknowledged"] > 1000 and checks["acked_lost"]["lost"] == 0
+    assert checks["two_masters"]["epochs"] >= 3  # broker-a failed over twice or more
+    assert checks["metadata_lost"]["acknowledged"] >= 10 and checks["queue_order"]["violations"] == 0
+    if NETNS:
+        minority = checks["minority_acks"]
+        assert minority["minority_sets_checked"] == 2 and minority["sends_to_minority"] > 0  # c0 mastered both
+
+
+MIXED = ["kill", "pause", "powerloss", "isolate", "cut-ctl", "cut-peers", "oneway", "split", "loss"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not NETNS, reason="partitions of the HA deployment need network namespaces (root)")
+def test_ha_2c_fifty_mixed_faults(tmp_path: Path) -> None:
+    """50 cycles of kills, pauses, power losses and partitions (isolation, cut from the controllers, masters cut
+    from their slaves, one-way, majority/minority splits, 5 % loss) of containers, controllers and the controller
+    leader: the targets of issue 11."""
+    spec = RunSpec(deployment="ha-2c", net="netns", flush="ASYNC_FLUSH", seed=50, kinds=MIXED, cycles=50,
+                   targets=["container", "container", "container", "controller", "leader"], hold_s=(0.5, 2.5),
+                   gap_s=(1.0, 3.0), targets_s=TARGETS, label="ha-2c-mixed",
+                   workload=WorkloadSpec(pace_s=0.02, real_client=realclient.available()))
+    r = _run(tmp_path, spec)
+    assert r["checks"]["acked_lost"]["lost"] == 0 and r["checks"]["minority_acks"]["minority_sets_checked"] > 0
