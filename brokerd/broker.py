@@ -99,6 +99,9 @@ class Broker:
             self.dispatcher.register_all(table)
             self.fast_dispatcher.register_all({c: h for c, h in table.items() if c not in (11, 361)})
         self.dispatcher.register_all(self.replication.handlers())
+        # requests that reach the ports (bound by the container) before the store is recovered are answered
+        # SYSTEM_BUSY: an answer from a half-loaded store (e.g. PULL_OFFSET_MOVED) would send consumers back
+        self.dispatcher.not_ready = self.fast_dispatcher.not_ready = "broker starting: recovering its store"
         self._tasks: list[asyncio.Task[None]] = []
         self._register_soon: asyncio.Task[None] | None = None
         self._pending_topics: set[str] = set()
@@ -118,6 +121,7 @@ class Broker:
         self.transactions.start()
         self._tasks = [asyncio.create_task(self._register_loop()), asyncio.create_task(self._housekeeping())]
         self.status = "running"
+        self.dispatcher.not_ready = self.fast_dispatcher.not_ready = None
         self.log.info("broker_started", addr=self.cfg.broker_addr, role=self.cfg.broker_role)
 
     async def listen_ha(self) -> None:

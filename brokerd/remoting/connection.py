@@ -53,6 +53,7 @@ class Dispatcher:
         self.handlers: dict[int, Handler] = {}
         self.default: Handler | None = None
         self.lane: Lane | None = None
+        self.not_ready: str | None = None  # set: every request is answered SYSTEM_BUSY with this remark
 
     def register(self, code: int, handler: Handler) -> None:
         self.handlers[code] = handler
@@ -61,7 +62,12 @@ class Dispatcher:
         self.handlers.update(table)
 
     def lookup(self, code: int) -> Handler | None:
+        if self.not_ready is not None:
+            return self._busy
         return self.handlers.get(code, self.default)
+
+    def _busy(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        return cmd.response(ResponseCode.SYSTEM_BUSY, self.not_ready)
 
 
 def _error_response(cmd: RemotingCommand, exc: BaseException) -> RemotingCommand:
