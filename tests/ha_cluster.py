@@ -70,6 +70,7 @@ class HACluster:
                 "brokerIP1": "127.0.0.1", "listenPort": port, "storePathRootDir": str(self.tmp / f"c{c}" / name),
                 "enableControllerMode": "true", "controllerAddr": ";".join(self.ctl.addrs),
                 "allAckInSyncStateSet": "true", "brokerHeartbeatInterval": 300, "checkSyncStateSetPeriod": 1000,
+                "haMaxTimeSlaveNotCatchup": 3000,
                 "flushDiskType": "ASYNC_FLUSH", "registerNameServerPeriod": 5000,
                 "mappedFileSizeCommitLog": 64 * 1024 * 1024, "maxHashSlotNum": 50_000, "maxIndexNum": 200_000,
                 "diskSpaceWarningLevelRatio": 0.99, "diskSpaceCleanForciblyRatio": 0.99, **extra}  # fmt: skip
