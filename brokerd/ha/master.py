@@ -147,6 +147,8 @@ class HAMaster:
         if not sync_master:
             return WaitDecision(WaitOutcome.OK, 1)
         if self.cfg.all_ack_in_sync_state_set:
+            if self.effective_set() == {self.broker_id}:  # the set is this master alone: the append is all of it
+                return WaitDecision(WaitOutcome.OK, ALL_ACK)
             done = self.confirm >= end_offset
             return WaitDecision(WaitOutcome.OK if done else WaitOutcome.WAIT, ALL_ACK)
         mx = self.log.max_phy_offset
