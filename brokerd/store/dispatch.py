@@ -59,6 +59,20 @@ REPUT_WINDOW = 1 << 20
 """Log bytes ``reput`` hands the C scanner per call (their records are held in memory until dispatched)."""
 
 
+def _props(tags: str | None, keys: str | None, uniq: str | None, delay: str | None) -> dict[str, str]:
+    """The properties dispatch reads, from a scanned record's values."""
+    props: dict[str, str] = {}
+    if tags is not None:
+        props[TAGS] = tags
+    if keys is not None:
+        props[KEYS] = keys
+    if uniq is not None:
+        props[UNIQ_KEY] = uniq
+    if delay is not None:
+        props[DELAY] = delay
+    return props
+
+
 class IoFailed(Protocol):
     """The store's error sink: sets ``bit`` in its running flags and records the error."""
 
@@ -209,27 +223,38 @@ class Dispatcher:
 
     def dispatch_scanned(self, records: list[Scanned], end: int) -> bool:
         """Dispatch scanned records (in log order, from ``dispatched``; blank markers between them) and move
-        ``dispatched`` to ``end``. False when a consume-queue / index put failed (the store's error is set and
-        ``dispatched`` stays at that record)."""
+        ``dispatched`` to ``end``; the listeners hear once per queue, of its newest entry. False when a
+        consume-queue / index put failed (the store's error is set and ``dispatched`` stays at that record)."""
+        get_or_create = self.queue_store.get_or_create
+        nxt = self.next_queue_offsets
+        index = self.index
+        notes: dict[tuple[str, int], tuple[int, int, int]] = {}
+        ok = True
         for phys, size, topic, qid, qoff, sysflag, ts, tags, keys, uniq, delay in records:
             self.dispatched = phys  # past a blank marker: what the walk sets it to
             self.last_reput_timestamp = ts
-            props: dict[str, str] = {}
-            if tags is not None:
-                props[TAGS] = tags
-            if keys is not None:
-                props[KEYS] = keys
-            if uniq is not None:
-                props[UNIQ_KEY] = uniq
-            if delay is not None:
-                props[DELAY] = delay
+            tx = sysflag & 0xC
             try:
-                self._dispatch_parsed(topic, qid, qoff, sysflag, ts, props, phys, size)
+                if tx not in SKIP_CQ:
+                    if topic == SCHEDULE_TOPIC:
+                        code = compute_tags_code(topic, _props(tags, None, None, delay), ts, self._delay_levels)
+                    else:
+                        code = tags_code_of(tags)
+                    key = (topic, qid)
+                    get_or_create(topic, qid).put(qoff, phys, size, code)
+                    if nxt.get(key, 0) <= qoff:
+                        nxt[key] = qoff + 1
+                    notes[key] = (qoff, code, phys + size)
+                if index is not None and tx != TRANSACTION_ROLLBACK_TYPE and (keys or uniq):
+                    index.put_keys(topic, message_keys(_props(None, keys, uniq, None)), phys, ts)
             except (OSError, ValueError) as exc:
                 self._io_failed("reput", exc, bit=WRITE_LOGICS_QUEUE_ERROR)
-                return False
-        self.dispatched = end
-        return True
+                ok = False
+                break
+        else:
+            self.dispatched = end
+        self._notify_notes(notes)
+        return ok
 
     def _reput_scanned(self, scan: raw_scan.ScanFn, limit: int) -> bool:
         """Dispatch records from ``dispatched`` with the C scanner, a window of at most ``REPUT_WINDOW`` bytes of
@@ -264,6 +289,7 @@ class Dispatcher:
             return scan(view, start, self.commit_log.segment_size, False)
 
     def _reput_walk(self, limit: int) -> None:
+        notes: dict[tuple[str, int], tuple[int, int, int]] = {}
         for rec_phys, f, pos, size in self.commit_log.walk(self.dispatched, limit):
             if size < 0:
                 self.dispatched = f.end
@@ -272,14 +298,20 @@ class Dispatcher:
                 info = parse_for_dispatch(f.mm, pos, size)
                 self.last_reput_timestamp = info.store_ts
                 self._dispatch_parsed(info.topic, info.queue_id, info.queue_offset, info.sys_flag, info.store_ts,
-                                      info.properties, rec_phys, size)  # fmt: skip
+                                      info.properties, rec_phys, size, notes)  # fmt: skip
             except (OSError, ValueError) as exc:
                 self._io_failed("reput", exc, bit=WRITE_LOGICS_QUEUE_ERROR)
-                return
+                break
             self.dispatched = rec_phys + size
+        self._notify_notes(notes)
+
+    def _notify_notes(self, notes: dict[tuple[str, int], tuple[int, int, int]]) -> None:
+        """The listeners hear once per queue, of the newest entry dispatched (long polling compares offsets)."""
+        for key, (qoff, code, rec_end) in notes.items():
+            self.notify(key[0], key[1], qoff, code, rec_end)
 
     def _dispatch_parsed(self, topic: str, qid: int, qoff: int, sysflag: int, ts: int, props: dict[str, str],
-                         phys: int, size: int) -> None:  # fmt: skip
+                         phys: int, size: int, notes: dict[tuple[str, int], tuple[int, int, int]]) -> None:  # fmt: skip
         tx = sysflag & 0xC
         if tx not in SKIP_CQ:
             tags = compute_tags_code(topic, props, ts, self._delay_levels)
@@ -287,7 +319,7 @@ class Dispatcher:
             key = (topic, qid)
             if self.next_queue_offsets.get(key, 0) <= qoff:
                 self.next_queue_offsets[key] = qoff + 1
-            self.notify(topic, qid, qoff, tags, phys + size)
+            notes[key] = (qoff, tags, phys + size)
         if self.index is not None and tx != TRANSACTION_ROLLBACK_TYPE:
             keys = message_keys(props)
             if keys:
