@@ -18,3 +18,14 @@ def fsync_path(path: str | Path) -> None:
             durability.record(note)
     finally:
         os.close(fd)
+
+
+def fsync_fd(fd: int, path: str | Path, *, data_only: bool = False, reset: bool = False) -> None:
+    """fsync (fdatasync with ``data_only``) an open file written at ``path``; the power-loss journal records it
+    (``reset``: the file was cut back, not grown)."""
+    if data_only:
+        os.fdatasync(fd)
+    else:
+        os.fsync(fd)
+    if durability.ENABLED:
+        durability.fd_synced(fd, path, reset=reset)

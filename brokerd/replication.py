@@ -21,18 +21,16 @@ import contextlib
 from typing import Any, Protocol
 
 from brokerd.broker_config import BrokerConfig
+from brokerd.context import BrokerContext
 from brokerd.ha.acks import PutAcks
 from brokerd.ha.config import HAConfig
 from brokerd.ha.controller_link import ControllerLink, LinkConfig
 from brokerd.ha.metasync import SlaveMetadataSync
 from brokerd.ha.service import HAService, Role
-from brokerd.metadata import BrokerMetadata
 from brokerd.namesrv.client import RegisterBrokerResult
-from brokerd.remoting.client import RemotingClient
 from brokerd.remoting.codes import RequestCode, ResponseCode
 from brokerd.remoting.command import RemotingCommand, request
 from brokerd.remoting.connection import Connection
-from brokerd.store.message_store import MessageStore
 from brokerd.sync.service import MetadataSync, SyncConfig
 
 MASTER_ROLE_IN_CONTROLLER_MODE = "SYNC_MASTER"  # as RocketMQ's ReplicasManager sets it
@@ -58,29 +56,10 @@ def ha_config_of(cfg: BrokerConfig) -> HAConfig:
     )  # fmt: skip
 
 
-class ReplicatedBroker(Protocol):
-    """What replication uses of its broker (``brokerd.broker.Broker``)."""
-
-    @property
-    def cfg(self) -> BrokerConfig: ...
-
-    @property
-    def store(self) -> MessageStore: ...
-
-    @property
-    def meta(self) -> BrokerMetadata: ...
-
-    @property
-    def outer(self) -> RemotingClient: ...
-
-    @property
-    def log(self) -> Any: ...
+class ReplicatedBroker(BrokerContext, Protocol):
+    """What replication uses of its broker (``brokerd.broker.Broker``): what processors see, plus its role."""
 
     master_addr: str | None
-
-    def is_master(self) -> bool: ...
-
-    def master_broker_addr(self) -> str | None: ...
 
     async def apply_role(self, role: str, broker_id: int) -> None:
         """Switch the broker's role and id (no restart) and register with the name servers."""

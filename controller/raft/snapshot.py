@@ -16,8 +16,7 @@ import zlib
 from pathlib import Path
 from typing import Final
 
-from brokerd import durability
-from brokerd.fsutil import fsync_path
+from brokerd.fsutil import fsync_fd, fsync_path
 from controller.raft.storage import StorageCorruptionError
 from controller.raft.types import Snapshot
 from controller.raft.wal import write_all
@@ -49,9 +48,7 @@ class SnapshotStore:
         try:
             write_all(fd, header + snap.data)
             if self.fsync:
-                os.fsync(fd)
-                if durability.ENABLED:
-                    durability.fd_synced(fd, tmp)
+                fsync_fd(fd, tmp)
         finally:
             os.close(fd)
         os.replace(tmp, final)

@@ -24,8 +24,7 @@ from typing import Final
 import msgpack
 import structlog
 
-from brokerd import durability
-from brokerd.fsutil import fsync_path
+from brokerd.fsutil import fsync_fd, fsync_path
 from controller.raft.storage import Record, StorageCorruptionError, WalState, replay
 
 _HEADER = struct.Struct(">II")
@@ -128,9 +127,7 @@ class WriteAheadLog:
         try:
             os.ftruncate(fd, valid)
             if self.fsync:
-                os.fsync(fd)
-                if durability.ENABLED:
-                    durability.fd_synced(fd, path, reset=True)
+                fsync_fd(fd, path, reset=True)
         finally:
             os.close(fd)
 
@@ -140,9 +137,7 @@ class WriteAheadLog:
             return
         write_all(self._fd, b"".join(encode_record(r) for r in records))
         if sync and self.fsync:
-            os.fdatasync(self._fd)
-            if durability.ENABLED:
-                durability.fd_synced(self._fd, self._segment(self._seq))
+            fsync_fd(self._fd, self._segment(self._seq), data_only=True)
 
     def rotate(self, records: list[Record]) -> None:
         """Start a new segment holding exactly `records` (a full state) and delete the older ones."""
@@ -154,9 +149,7 @@ class WriteAheadLog:
         try:
             write_all(fd, b"".join(encode_record(r) for r in records))
             if self.fsync:
-                os.fsync(fd)
-                if durability.ENABLED:
-                    durability.fd_synced(fd, tmp)
+                fsync_fd(fd, tmp)
         finally:
             os.close(fd)
         os.replace(tmp, final)
