@@ -80,6 +80,11 @@ class Allocator:
         self._worker: _Worker | None = None
         self._seq = 0
 
+    @property
+    def pending(self) -> int:
+        """Files requested and not taken yet (each holds a descriptor and a mapping)."""
+        return len(self._pending)
+
     def reset(self) -> None:
         """At start: remove files a previous run left staged."""
         shutil.rmtree(self.staging, ignore_errors=True)

@@ -93,6 +93,17 @@ def _sync_close_py(dir_fds: list[int], file_fds: list[int]) -> int:
 _sync_close: Callable[[list[int], list[int]], int] = native.sync_close if native is not None else _sync_close_py
 
 
+def reserve(fd: int, size: int, *, sparse: bool) -> None:
+    """Size a new file: commit-log segments reserve their blocks (``preallocate``); consume-queue and index files
+    stay sparse, as RocketMQ's do (blocks are allocated as entries are written): a broker with thousands of
+    topics would otherwise reserve 6 MB per queue up front. The store stops writes before its disk is full
+    (diskSpaceCleanForciblyRatio), so writes through their mappings do not meet ENOSPC."""
+    if sparse:
+        os.ftruncate(fd, size)
+    else:
+        preallocate(fd, size)
+
+
 def preallocate(fd: int, size: int) -> None:
     """Reserve disk blocks so writes through the mapping never hit ENOSPC (which would be SIGBUS)."""
     try:
@@ -137,7 +148,7 @@ class MappedFile:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             if os.fstat(fd).st_size < size:
-                preallocate(fd, size)
+                reserve(fd, size, sparse=random_access)
             return cls(path, base, size, fd, random_access=random_access)
         except BaseException:
             os.close(fd)
@@ -156,7 +167,7 @@ class MappedFile:
         try:
             actual = os.fstat(fd).st_size
             if actual < size:
-                preallocate(fd, size)
+                reserve(fd, size, sparse=random_access)
             elif actual > size:
                 os.ftruncate(fd, size)
             return cls(path, base, size, fd, random_access=random_access)

@@ -64,7 +64,7 @@ def compute_tags_code(topic: str, props: dict[str, str], store_ts: int, delay_le
 class ConsumeQueueStore:
     """``consumequeue/<topic>/<queueId>/`` for every queue. Loop thread only."""
 
-    PREFAULT = 64 << 10  # first 3,276 entries of a new queue
+    PREFAULT = 4 << 10  # the first page (204 entries) of a new queue: its first fault is what the first send waits on
 
     def __init__(self, root: Path, file_size: int, allocator: Allocator | None = None) -> None:
         self.root = root
@@ -92,9 +92,13 @@ class ConsumeQueueStore:
             self.queues[(topic, queue_id)] = cq
         return cq
 
+    MAX_STAGED = 512
+    """At most this many files waiting in the allocator: a burst of topic creations (thousands of topics, each
+    with its queues) must not hold a descriptor and a mapping per queue; the rest are created on first use."""
+
     def prepare(self, topic: str, queue_nums: int) -> None:
         """Have the allocator create the first file of each queue of ``topic`` that has none yet."""
-        if self.allocator is None:
+        if self.allocator is None or self.allocator.pending + queue_nums > self.MAX_STAGED:
             return
         for qid in range(queue_nums):
             cq = self.queues.get((topic, qid))

@@ -71,3 +71,20 @@ async def test_prepared_topic_files_are_used_and_a_crash_with_staged_files_recov
         assert not staging.exists() or not any(staging.iterdir())
     finally:
         await again.shutdown()
+
+
+async def test_many_new_topics_reserve_neither_disk_nor_a_file_per_queue(make_store: StoreFactory,
+                                                                         tmp_path: Path) -> None:  # fmt: skip
+    """Thousands of topics created at once (admin, metadata sync): consume-queue files are sparse and at most
+    ``MAX_STAGED`` wait in the allocator; queues beyond that get their file on first use."""
+    store = await make_store(tmp_path / "s")
+    for i in range(300):
+        store.prepare_topic(f"Many{i}", 8)
+    staged = store.allocator.pending
+    assert 0 < staged <= store.queue_store.MAX_STAGED
+    staging = tmp_path / "s" / STAGING_DIR
+    wait_for(lambda: staging.is_dir() and len(list(staging.iterdir())) >= staged, 30, "the staged files created")
+    used = sum(p.stat().st_blocks * 512 for p in (tmp_path / "s").rglob("*") if p.is_file())
+    assert used < 64 * 1024 * 1024  # 512 staged queue files of 6 MB would be 3 GB if reserved
+    res = await store.put_message(make_msg(topic="Many299", queue_id=7, body=b"x"))  # not staged: made on use
+    assert res.ok and store.max_offset_in_queue("Many299", 7) == 1
