@@ -22,6 +22,7 @@
  * before decoding gives what decoding first gives). Every read is bounds-checked against the buffer: any input
  * gives a result or a ValueError. */
 #include "native.h"
+#include "send.h"
 
 #define MAGIC_V1 ((int32_t)0xDAA320A7)
 #define MAGIC_V2 ((int32_t)0xDAA320AB)
@@ -63,14 +64,7 @@ static int body_crc(const unsigned char *p, Py_ssize_t n, uint32_t *out) {
         Py_DECREF(zlib);
         if (g_crc32 == NULL) return -1;
     }
-    PyObject *mv = PyMemoryView_FromMemory((char *)p, n, PyBUF_READ);
-    if (mv == NULL) return -1;
-    PyObject *r = PyObject_CallOneArg(g_crc32, mv);
-    Py_DECREF(mv);
-    if (r == NULL) return -1;
-    *out = (uint32_t)PyLong_AsUnsignedLongMask(r);
-    Py_DECREF(r);
-    return PyErr_Occurred() ? -1 : 0;
+    return crc_of((const char *)p, n, out);
 }
 
 /* ---- errors: the texts of validate_raw / verify_record / record_layout */

@@ -164,11 +164,7 @@ class BrokerMetadata:
             return False
         if change.seq != self._applied_seq + 1:
             raise MetadataSyncGap(f"gap in change records: applied seq {self._applied_seq}, got {change.seq}")
-        targets: dict[str, ConfigManager[Any, Any]] = {
-            KIND_TOPIC: self.topics, KIND_SUBSCRIPTION_GROUP: self.subscriptions,
-            KIND_CONSUMER_OFFSET: self.offsets, KIND_DELAY_OFFSET: self.delay_offsets}
-        target = targets[change.kind]
-        target.apply_replicated(change)
+        self._manager_of(change.kind).apply_replicated(change)
         self._applied_seq = change.seq
         self.hub.notify_applied(change)
         return True
@@ -182,11 +178,14 @@ class BrokerMetadata:
         DataVersion adopted. Emits nothing (the applied-observers are told). Malformed: ValueError, no change."""
         change = MetadataChange(kind, op, key, value, data_version, 1, "log")
         change.validate()
-        targets: dict[str, ConfigManager[Any, Any]] = {
+        self._manager_of(kind).apply_replicated(change)
+        self.hub.notify_applied(change)
+
+    def _manager_of(self, kind: str) -> ConfigManager[Any, Any]:
+        managers: dict[str, ConfigManager[Any, Any]] = {
             KIND_TOPIC: self.topics, KIND_SUBSCRIPTION_GROUP: self.subscriptions,
             KIND_CONSUMER_OFFSET: self.offsets, KIND_DELAY_OFFSET: self.delay_offsets}
-        targets[kind].apply_replicated(change)
-        self.hub.notify_applied(change)
+        return managers[kind]
 
     def export_sections(self) -> dict[str, Any]:
         """Every table's document (``ConfigManager.export_state``), keyed as snapshots name them."""

@@ -25,8 +25,8 @@ from brokerd.remoting.client import RemotingClient
 from brokerd.remoting.codes import RequestCode, ResponseCode
 from brokerd.remoting.command import RemotingCommand, request
 from brokerd.remoting.connection import Connection
-from brokerd.store.results import GetMessageResult, PutMessageResult
-from brokerd.sync.follower import MetadataFollower
+from brokerd.store.results import PutMessageResult
+from brokerd.sync.follower import FollowedStore, MetadataFollower
 from brokerd.sync.journal import MetadataJournal
 from brokerd.sync.records import SYNC_TOPICS
 from brokerd.sync.snapshot import Snapshot, SnapshotStore
@@ -35,19 +35,8 @@ SAVE_PERIOD_S = 5.0
 BOOTSTRAP_RETRY_S = 0.5
 
 
-class SyncStore(Protocol):
+class SyncStore(FollowedStore, Protocol):
     def append_message(self, msg: MessageInner) -> PutMessageResult: ...
-
-    def get_message(self, topic: str, queue_id: int, offset: int, max_msg_nums: int,
-                    max_msg_bytes: int = ...) -> GetMessageResult: ...  # fmt: skip
-
-    def min_offset_in_queue(self, topic: str, queue_id: int) -> int: ...
-
-    def max_offset_in_queue(self, topic: str, queue_id: int) -> int: ...
-
-    def add_dispatch_listener(self, cb: Any) -> None: ...
-
-    def remove_dispatch_listener(self, cb: Any) -> None: ...
 
     @property
     def max_phy_offset(self) -> int: ...
