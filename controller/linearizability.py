@@ -71,6 +71,29 @@ class RegisterModel:
         raise ValueError(f"unknown operation kind {op.kind!r}")
 
 
+SyncStateSet = tuple[tuple[int, ...], int]
+
+
+class SyncStateSetModel:
+    """A broker set's sync state set as CONTROLLER_ALTER_SYNC_STATE_SET changes it: state (set, epoch); a "cas"
+    op's input (expected epoch, new set) answers "ok" | "fenced" | "same" (spec 6.2 check order); a "read" op
+    returns the state."""
+
+    def init(self) -> SyncStateSet:
+        return ((1,), 1)
+
+    def step(self, state: SyncStateSet, op: Operation) -> tuple[bool, Hashable]:
+        cur_set, epoch = state
+        if op.kind == "read":
+            return (op.output is UNKNOWN or op.output == state), state
+        expected, new = op.input
+        if new == cur_set:
+            return op.output in ("same", UNKNOWN), state
+        if expected != epoch:
+            return op.output in ("fenced", UNKNOWN), state
+        return op.output in ("ok", UNKNOWN), (new, epoch + 1)
+
+
 @dataclass
 class PartitionResult:
     key: Hashable

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Hashable
 from typing import Any
 
 import orjson
@@ -24,32 +23,14 @@ from brokerd.remoting.codes import ResponseCode as RC
 from brokerd.remoting.command import request
 from brokerd.remoting.connection import ConnectionClosed, RemotingTimeout
 from controller.client import ControllerClient, ControllerError
-from controller.linearizability import UNKNOWN, Operation
+from controller.linearizability import UNKNOWN, Operation, SyncStateSetModel
 
 from .deployments import ControllerGroup
 
 SETS = ["ls0", "ls1", "ls2", "ls3"]
 CHOICES = [(1,), (1, 2), (1, 3), (1, 2, 3)]
-State = tuple[tuple[int, ...], int]
 ERRORS = (ConnectionClosed, RemotingTimeout, ControllerError, OSError)
-
-
-class SyncStateSetModel:
-    """State (set, epoch). cas input (expected_epoch, new_set) -> "ok" | "fenced" | "same" (spec 6.2 order)."""
-
-    def init(self) -> State:
-        return ((1,), 1)
-
-    def step(self, state: State, op: Operation) -> tuple[bool, Hashable]:
-        cur_set, epoch = state
-        if op.kind == "read":
-            return (op.output is UNKNOWN or op.output == state), state
-        expected, new = op.input
-        if new == cur_set:
-            return op.output in ("same", UNKNOWN), state
-        if expected != epoch:
-            return op.output in ("fenced", UNKNOWN), state
-        return op.output in ("ok", UNKNOWN), (new, epoch + 1)
+__all__ = ["ControllerWorkload", "SyncStateSetModel"]  # the model lives in controller/linearizability.py
 
 
 class ControllerWorkload:
