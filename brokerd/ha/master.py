@@ -329,8 +329,12 @@ class HAMaster:
         if self.fenced or self.proposed is not None:
             return []
         connected = {c.slave_id for c in self.conns.values() if c.slave_id is not None}
+        holds_all = {c.slave_id for c in self.conns.values()
+                     if c.state is S.TRANSFER and c.ack >= self.log.max_phy_offset}  # fmt: skip
         limit = self.cfg.ha_max_time_slave_not_catchup_ms
-        keep = frozenset(m for m in self.remote_set if m == self.broker_id or (
+        # a member that holds everything is caught up now, whenever it last reported (an idle slave reports
+        # only every haSendHeartbeatInterval, which may be longer than haMaxTimeSlaveNotCatchup)
+        keep = frozenset(m for m in self.remote_set if m == self.broker_id or m in holds_all or (
             m in connected and now_ms - self.caught_up_ms.get(m, -limit - 1) <= limit))  # fmt: skip
         return self._propose(keep) if keep != self.remote_set else []
 

@@ -130,6 +130,21 @@ def test_shrink_drops_a_connected_member_that_stopped_catching_up() -> None:
     assert t > cfg.ha_max_time_slave_not_catchup_ms
 
 
+def test_an_idle_member_holding_everything_stays_in_the_set_between_its_reports() -> None:
+    """haMaxTimeSlaveNotCatchup shorter than the slave's idle report interval: no data, nothing to catch up."""
+    cfg = HAConfig(ha_transfer_batch_size=64, transfer_window_bytes=256, ha_max_time_slave_not_catchup_ms=3000,
+                   check_sync_state_set_period_ms=1000, ha_send_heartbeat_interval_ms=5000)  # fmt: skip
+    master = HAMaster(cfg, _master_log((1, b"x" * 10)), 1, 1, frozenset({1, 2}), 1, 0)
+    link = _link(master, HASlave(cfg, MemoryLog(), 2, 0))
+    link.connect(0)
+    master.on_sync_state_set(frozenset({1, 2}), 2, 0)
+    for t in range(1000, 30_000, 1000):  # idle, the connection alive, a report only every 5 s
+        out = master.tick(t)
+        assert not [a for a in out if isinstance(a, AlterSyncStateSet)], t
+        link.pump(out, t)
+        link.pump(link.s.tick(t), t, from_master=False)
+
+
 def test_heartbeat_after_idle_and_housekeeping_close_after_silence() -> None:
     mlog = _master_log((1, b"x" * 10))
     master = HAMaster(CFG, mlog, 1, 1, frozenset({1}), 1, 0)
