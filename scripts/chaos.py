@@ -3,8 +3,8 @@
 
     .venv/bin/python scripts/chaos.py --deployment single --faults kill,powerloss --cycles 6 --flush SYNC_FLUSH
     .venv/bin/python scripts/chaos.py --deployment controller --net netns --faults kill,pause,isolate --cycles 10
-    .venv/bin/python scripts/chaos.py --deployment ha-2c --net netns --faults kill,pause,isolate,cut-ctl,cut-peers \
-        --targets container,container,leader --cycles 12 --unavailability-targets kill=2,partition=5,pause=5
+    .venv/bin/python scripts/chaos.py --deployment ha-2c --net netns --faults kill,pause,isolate,cut-peers,delay \
+        --targets container,container,leader --cycles 12 --unavailability-targets kill=2,partition=5,pause=5,delay=5
     .venv/bin/python scripts/chaos.py --replay chaos-results/<run>/result.json
     .venv/bin/python scripts/chaos.py --cleanup        # namespaces/links left by a killed harness
 
@@ -60,7 +60,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--tmpfs-mb", type=int, default=0, help="store on a tmpfs of this size (needed for diskfull)")
     ap.add_argument("--flush-interval-ms", type=int, default=200, help="flushIntervalCommitLog (ASYNC_FLUSH)")
     ap.add_argument("--unavailability-targets", type=_targets, default=None,
-                    help="fail when a p99 per fault category is above, e.g. kill=2,partition=5,pause=5")
+                    help="fail when a p99 per fault category (kill, pause, partition, delay) is above, "
+                         "e.g. kill=2,partition=5,pause=5,delay=5")
     ap.add_argument("--controller-clients", type=int, default=None,
                     help="controller workload clients (default: 6 on the controller group, 2 alongside HA)")
     ap.add_argument("--out", default="chaos-results")

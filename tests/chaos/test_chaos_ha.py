@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from tests.chaos.harness import realclient
+from tests.chaos.harness.delayer import iptables
 from tests.chaos.harness.nemesis import Fault
 from tests.chaos.harness.net import netns_available
 from tests.chaos.harness.runner import RunSpec, run
@@ -18,7 +19,8 @@ from tests.chaos.harness.workload import WorkloadSpec
 
 pytestmark = pytest.mark.integration
 NETNS = netns_available() is None
-TARGETS = {"kill": 2.0, "partition": 5.0, "pause": 5.0}  # p99 unavailability per broker set (s)
+DELAY = NETNS and iptables() is not None  # the netns delay queues packets with iptables (NFQUEUE)
+TARGETS = {"kill": 2.0, "partition": 5.0, "pause": 5.0, "delay": 5.0}  # p99 unavailability per broker set (s)
 
 
 def _run(tmp_path: Path, spec: RunSpec) -> dict[str, Any]:
@@ -34,14 +36,16 @@ def _run(tmp_path: Path, spec: RunSpec) -> dict[str, Any]:
     return result
 
 
-def test_ha_2c_survives_a_container_kill_a_pause_and_an_isolation(tmp_path: Path) -> None:
+def test_ha_2c_survives_a_container_kill_a_pause_an_isolation_and_a_delay(tmp_path: Path) -> None:
     """Kill the container mastering broker-a (it fails over to c1), hang c1 (now master of both sets: both fail
     over to c0), then cut c0 off from every other process (both sets fail over back to c1; the harness still
-    reaches c0, whose sends must not be acknowledged). Nothing acknowledged is lost, per-queue order holds, no
-    two writable masters, unavailability within the targets."""
-    third = Fault(13.0, "isolate", "c0", 2.5) if NETNS else Fault(13.0, "kill", "c0", 1.0)
+    reaches c0, whose sends must not be acknowledged), then delay every packet of c1 100 ± 50 ms (NFQUEUE: it
+    masters or replicates both sets, so every send takes two delayed round trips). Nothing acknowledged is lost,
+    per-queue order holds, no two writable masters, unavailability within the targets."""
+    net_faults = [Fault(13.0, "isolate", "c0", 2.5), *([Fault(19.0, "delay", "c1", 2.0)] if DELAY else [])]
     spec = RunSpec(deployment="ha-2c", net="netns" if NETNS else "loopback", flush="ASYNC_FLUSH", seed=7,
-                   schedule=[Fault(2.0, "kill", "c0", 1.0), Fault(7.0, "pause", "c1", 2.5), third],
+                   schedule=[Fault(2.0, "kill", "c0", 1.0), Fault(7.0, "pause", "c1", 2.5),
+                             *(net_faults if NETNS else [Fault(13.0, "kill", "c0", 1.0)])],
                    workload=WorkloadSpec(pace_s=0.02, admin_every_s=0.5), targets_s=TARGETS, label="ha-2c-short")
     r = _run(tmp_path, spec)
     checks = r["checks"]
@@ -51,20 +55,26 @@ def test_ha_2c_survives_a_container_kill_a_pause_and_an_isolation(tmp_path: Path
     if NETNS:
         minority = checks["minority_acks"]
         assert minority["minority_sets_checked"] == 2 and minority["sends_to_minority"] > 0  # c0 mastered both
+    if DELAY:
+        (delay,) = checks["delay_windows"]["windows"]
+        assert "overruns=0" in delay["detail"], delay  # the delayer lost no packet notification
+        assert all(st["acked"] > 0 and st["p50_ms"] >= 150 for st in delay["sets"].values()), delay
 
 
-MIXED = ["kill", "pause", "powerloss", "isolate", "cut-ctl", "cut-peers", "oneway", "split", "loss"]
+MIXED = ["kill", "pause", "powerloss", "isolate", "cut-ctl", "cut-peers", "oneway", "split", "loss", "delay"]
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not NETNS, reason="partitions of the HA deployment need network namespaces (root)")
+@pytest.mark.skipif(not DELAY, reason="partitions and delays of the HA deployment need network namespaces (root) "
+                    "and iptables")
 def test_ha_2c_fifty_mixed_faults(tmp_path: Path) -> None:
-    """50 cycles of kills, pauses, power losses and partitions (isolation, cut from the controllers, masters cut
-    from their slaves, one-way, majority/minority splits, 5 % loss) of containers, controllers and the controller
-    leader: the targets of issue 11."""
+    """50 cycles of kills, pauses, power losses, partitions (isolation, cut from the controllers, masters cut
+    from their slaves, one-way, majority/minority splits), 5 % loss and 100 ± 50 ms delay of containers,
+    controllers and the controller leader: the targets of issue 11."""
     spec = RunSpec(deployment="ha-2c", net="netns", flush="ASYNC_FLUSH", seed=50, kinds=MIXED, cycles=50,
                    targets=["container", "container", "container", "controller", "leader"], hold_s=(0.5, 2.5),
                    gap_s=(1.0, 3.0), targets_s=TARGETS, label="ha-2c-mixed",
                    workload=WorkloadSpec(pace_s=0.02, real_client=realclient.available()))
     r = _run(tmp_path, spec)
     assert r["checks"]["acked_lost"]["lost"] == 0 and r["checks"]["minority_acks"]["minority_sets_checked"] > 0
+    assert r["checks"]["delay_windows"]["faults"] > 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 from tests.chaos.harness.checkers import CheckSettings, acked_lost, check_all, queue_order
 from tests.chaos.harness.ha_checks import (
     EpochView,
+    delay_windows,
     fault_unavailability,
     minority_acks,
     minority_side,
@@ -134,6 +135,22 @@ def test_unavailability_per_fault_category_and_targets() -> None:
     assert fault_unavailability(h, CheckSettings(targets_s={"kill": 1.5}))["ok"]
 
 
+def test_delay_faults_are_their_own_category_and_their_windows_are_reported() -> None:
+    """Sends every 0.1 s answered in 10 ms, except during the delay (4-6 s): answered in 0.25 s, a 1.16 s gap (4.85-6.01 s)."""
+    calls = [t / 10 for t in range(100) if not 40 <= t < 60] + [4.0, 4.3, 4.6, 5.8]
+    sends = [ack(i, A, t, t + (0.25 if 4 <= t < 6 else 0.01)) for i, t in enumerate(calls)]
+    h = History(sends=sends, brokers={A: ["c0", "broker-a"]}, end=10.0)
+    h.faults = [FaultEvent("delay", "c0", 3.9, 6.0, "c0 delayed=900", applied=4.0, healing=6.0, ready=6.2)]
+    cats = fault_unavailability(h, CheckSettings(targets_s={"partition": 1.0}))
+    assert cats["ok"] and cats["per_broker_set"]["broker-a"] == {
+        "delay": {"faults": 1, "p50_s": 1.16, "p99_s": 1.16, "max_s": 1.16}}
+    r = delay_windows(h, CheckSettings())
+    (w,) = r["windows"]
+    assert r["ok"] and r["faults"] == 1 and r["baseline_p50_ms"] == {"broker-a": 10.0}
+    assert w["sets"]["broker-a"] == {"acked": 3, "p50_ms": 250.0, "p99_ms": 250.0, "longest_gap_s": 1.16}
+    assert (w["applied"], w["healing"], w["detail"]) == (4.0, 6.0, "c0 delayed=900")  # 5.8 s: answered after
+
+
 def test_offsets_a_failover_may_lose_only_recent_commits() -> None:
     h = failover_history()
     h.commits = [Commit("g", "broker-a", "T", 0, 10, 0.2, 0.21, True, A),
@@ -184,5 +201,5 @@ def test_replicated_sets_excuse_no_loss_and_no_reused_position() -> None:
 
 def test_check_all_runs_the_replicated_checks() -> None:
     res = check_all(failover_history(), HA)
-    assert {"two_masters", "minority_acks", "unavailability_by_fault"} <= set(res["checks"])
+    assert {"two_masters", "minority_acks", "unavailability_by_fault", "delay_windows"} <= set(res["checks"])
     assert res["checks"]["offset_regressions"]["reads"] == 0 and "incremental_sync" in res["checks"]["metadata_lost"]

@@ -17,7 +17,14 @@ from typing import Any
 from controller.linearizability import Model, Operation, check
 
 from .checks_common import commits_by_key, offset_floor
-from .ha_checks import fault_unavailability, minority_acks, replicated_metadata, replicated_offsets, two_masters
+from .ha_checks import (
+    delay_windows,
+    fault_unavailability,
+    minority_acks,
+    replicated_metadata,
+    replicated_offsets,
+    two_masters,
+)
 from .history import Commit, Crash, History, OffsetRead, Send
 
 
@@ -225,6 +232,7 @@ def check_all(h: History, s: CheckSettings, *, model: Model[Any] | None = None,
         "offset_regressions": lambda: (replicated_offsets if s.replicated else offset_regressions)(h, s),
         "metadata_lost": lambda: (replicated_metadata if s.replicated else metadata_lost)(h, s),
         "unavailability": lambda: unavailability(h, s), "unavailability_by_fault": lambda: fault_unavailability(h, s),
+        "delay_windows": lambda: delay_windows(h, s),
         "two_masters": lambda: two_masters(h, s), "minority_acks": lambda: minority_acks(h, s),
         "corrupt": lambda: corrupt(h, s), "linearizable": lambda: linearizable(h.controller_ops, model, s),
         "processes": lambda: processes(h, s),

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 KILL_KINDS = ("kill", "powerloss")
 PAUSE_KINDS = ("pause",)
 PARTITION_KINDS = ("isolate", "split", "oneway", "cut-ctl", "cut-peers", "loss", "slow")
+DELAY_KINDS = ("delay",)
 
 
 def category(kind: str) -> str:
@@ -38,6 +39,8 @@ def category(kind: str) -> str:
         return "kill"
     if kind in PAUSE_KINDS:
         return "pause"
+    if kind in DELAY_KINDS:
+        return "delay"
     return "partition" if kind in PARTITION_KINDS else "other"
 
 
@@ -261,13 +264,8 @@ def fault_unavailability(h: History, s: CheckSettings) -> dict[str, Any]:
         for f in h.faults:
             if f.kind == "unexpected-exit" or f.applied is None:
                 continue
-            lo, hi = f.applied, f.ready if f.ready is not None else (f.end or h.end)
-            i = max(0, bisect.bisect_right(pts, lo) - 1)
-            worst = 0.0
-            while i + 1 < len(pts) and pts[i] < hi:
-                worst = max(worst, pts[i + 1] - pts[i])
-                i += 1
-            per[category(f.kind)].append(round(worst, 3))
+            hi = f.ready if f.ready is not None else (f.end or h.end)
+            per[category(f.kind)].append(_worst_gap(pts, f.applied, hi))
         out[bset] = {cat: _stats(v) for cat, v in sorted(per.items())}
         for cat, st in out[bset].items():
             target = (s.targets_s or {}).get(cat)
@@ -276,14 +274,56 @@ def fault_unavailability(h: History, s: CheckSettings) -> dict[str, Any]:
     return {"ok": not over, "targets_s": s.targets_s, "per_broker_set": out, "examples": over}
 
 
+def _worst_gap(pts: list[float], lo: float, hi: float) -> float:
+    """The longest stretch between consecutive points (sorted) that overlaps [lo, hi]."""
+    i = max(0, bisect.bisect_right(pts, lo) - 1)
+    worst = 0.0
+    while i + 1 < len(pts) and pts[i] < hi:
+        worst = max(worst, pts[i + 1] - pts[i])
+        i += 1
+    return round(worst, 3)
+
+
+def delay_windows(h: History, s: CheckSettings) -> dict[str, Any]:
+    """Reported, never failed: what each delay fault did to the broker sets. Per fault and set: the sends sent
+    and acknowledged while it was in force (call >= applied, ret <= healing), their latency (p50 and p99, ms),
+    and the longest stretch without an acknowledged send from applied to ready (its unavailability, also in
+    ``unavailability_by_fault`` as category ``delay``); ``baseline_p50_ms``: the median latency of sends made
+    while no fault was in force, for comparison."""
+    faults = [f for f in h.faults if category(f.kind) == "delay" and f.applied is not None and f.healing is not None]
+    acked = sorted((x for x in h.sends if x.ok and x.ret is not None), key=lambda x: x.call)
+    busy = sorted((f.start, f.ready if f.ready is not None else (f.end or h.end)) for f in h.faults)
+    starts = [a for a, _ in busy]
+    baseline: dict[str, list[float]] = defaultdict(list)
+    for x in acked:  # sends that began and ended with no fault in force (faults run one at a time)
+        i = bisect.bisect_right(starts, x.ret or x.call)
+        if i == 0 or busy[i - 1][1] < x.call:
+            baseline[x.bset].append(1000 * ((x.ret or x.call) - x.call))
+    windows = []
+    for f in faults:
+        assert f.applied is not None and f.healing is not None
+        sets: dict[str, Any] = {}
+        for bset in sorted({x.bset for x in h.sends}):
+            lat = sorted(1000 * ((x.ret or 0) - x.call) for x in acked
+                         if x.bset == bset and x.call >= f.applied and (x.ret or 0) <= f.healing)
+            pts = [x.ret or 0.0 for x in acked if x.bset == bset]
+            sets[bset] = {"acked": len(lat), "p50_ms": round(_pick(lat, 0.5), 1), "p99_ms": round(_pick(lat, 0.99), 1),
+                          "longest_gap_s": _worst_gap(sorted(pts), f.applied, f.ready or f.end or h.end)}
+        windows.append({"kind": f.kind, "target": f.target, "applied": round(f.applied, 3),
+                        "healing": round(f.healing, 3), "detail": f.detail, "sets": sets})
+    return {"ok": True, "faults": len(windows),
+            "baseline_p50_ms": {b: round(_pick(sorted(v), 0.5), 1) for b, v in sorted(baseline.items())},
+            "windows": windows}
+
+
+def _pick(xs: list[float], q: float) -> float:
+    """The nearest-rank percentile of sorted values (0 for none)."""
+    return xs[max(0, min(len(xs) - 1, math.ceil(q * len(xs)) - 1))] if xs else 0.0
+
+
 def _stats(v: list[float]) -> dict[str, Any]:
-    xs = sorted(v)
-
-    def pick(q: float) -> float:
-        """The nearest-rank percentile (with a few faults per category, p99 is the worst)."""
-        return xs[max(0, min(len(xs) - 1, math.ceil(q * len(xs)) - 1))] if xs else 0.0
-
-    return {"faults": len(xs), "p50_s": pick(0.5), "p99_s": pick(0.99), "max_s": xs[-1] if xs else 0.0}
+    xs = sorted(v)  # nearest rank: with a few faults per category, p99 is the worst
+    return {"faults": len(xs), "p50_s": _pick(xs, 0.5), "p99_s": _pick(xs, 0.99), "max_s": xs[-1] if xs else 0.0}
 
 
 # ---------------------------------------------------------------------------------------------- offsets, metadata

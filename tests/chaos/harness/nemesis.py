@@ -17,7 +17,9 @@ isolate        the target cannot exchange packets with any other process (the ha
 split          majority/minority: the target plus one random peer fewer than half on one side
 oneway         packets from the target to every other process are dropped (replies to it still flow)
 slow           100 ± 50 ms delay and 5 % loss on every link of the target
-loss           5 % packet loss (both ways) on every link of the target, no delay (netns without sch_netem)
+delay          100 ± 50 ms delay (each packet, both directions) on every link of the target, no loss (netns:
+               NFQUEUE and a delayer process in the target's namespace, ``delayer.py``; proxy: the proxies)
+loss           5 % packet loss (both ways) on every link of the target, no delay
 cut-ctl        a container cut from the controllers only (its brokers still reach each other's sets)
 cut-peers      a container cut from the other containers only: its masters from their slaves and its
                slaves from their masters (the controllers and the harness still reach everything)
@@ -41,9 +43,10 @@ from .deployments import Deployment, SingleContainer
 from .history import Crash, FaultEvent, History
 from .net import CLIENT, Blocker, Unsupported, partition
 
-KINDS = ("kill", "pause", "powerloss", "isolate", "split", "oneway", "slow", "loss", "cut-ctl", "cut-peers",
+KINDS = ("kill", "pause", "powerloss", "isolate", "split", "oneway", "slow", "delay", "loss", "cut-ctl", "cut-peers",
          "diskfull")
-NET_KINDS = ("isolate", "split", "oneway", "slow", "loss", "cut-ctl", "cut-peers")
+NET_KINDS = ("isolate", "split", "oneway", "slow", "delay", "loss", "cut-ctl", "cut-peers")
+DELAY_MS, JITTER_MS, LOSS = 100.0, 50.0, 0.05
 CONTAINER_KINDS = ("cut-ctl", "cut-peers")  # a generated target that is no container becomes "container"
 
 
@@ -205,13 +208,22 @@ class Nemesis:
             if not group:
                 raise Unsupported(f"{kind}: no {'controller' if kind == 'cut-ctl' else 'other container'} to cut")
             partition(net, [[name], group])
-        elif kind == "slow":
-            self.dep.net.slow([name], 100.0, 50.0, 0.05)
-        elif kind == "loss":
-            self.dep.net.slow([name], 0.0, 0.0, 0.05)
+        elif kind in ("slow", "delay", "loss"):
+            delay, jitter = (DELAY_MS, JITTER_MS) if kind != "loss" else (0.0, 0.0)
+            self.dep.net.slow([name], delay, jitter, LOSS if kind != "delay" else 0.0)
+            return lambda: self._heal_delay(ev)
         else:
             raise ValueError(f"unknown fault kind {kind!r}")
         return self.dep.net.heal
+
+    def _heal_delay(self, ev: FaultEvent) -> None:
+        """Heal, and note what the delayers did (netns: packets held, most held at once, lost notifications)."""
+        reports = getattr(self.dep.net, "delay_reports", None)
+        seen = len(reports) if reports is not None else 0
+        self.dep.net.heal()
+        for r in (reports or [])[seen:]:
+            ev.detail += (f" delayed={r.get('packets', '?')} max_held={r.get('max_held', '?')}"
+                          f" overruns={r.get('overruns', '?')}")
 
     async def heal_all(self) -> None:
         """After the schedule (and on the way out): network healed, paused processes resumed, dead ones

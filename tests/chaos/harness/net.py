@@ -8,8 +8,9 @@ both ways between groups), ``slow(names, delay_ms, jitter_ms, loss)`` and ``heal
 * ``NetnsNet`` (root) — each node in its own network namespace, a veth pair to a per-run bridge in the root
   namespace (the harness is ``CLIENT`` at the bridge address). Drops with nftables in the nodes' namespaces
   (``nft``; without it ``ip route`` blackholes, which fail sends at once instead of silently); loss with
-  nftables ``numgen``; delay with ``tc netem`` when the kernel has ``sch_netem`` (else ``Unsupported``: use
-  the proxy net). Names are unique per run (``ch<pid hex><n>``) and removed by ``teardown`` (also on failure;
+  nftables ``numgen``; delay through NFQUEUE: iptables queues the node's packets to a delayer process in its
+  namespace that holds each ``delay ± jitter`` ms, order kept per flow (``delayer.py``; no ``sch_netem``
+  needed). Names are unique per run (``ch<pid hex><n>``) and removed by ``teardown`` (also on failure;
   ``cleanup_stale`` removes what a killed harness left).
 * ``ProxyNet`` (any user) — every link through a fault-injecting TCP proxy (``proxy.py``); the deployment
   registers the links it can route through proxies (see ``deployments.py``).
@@ -22,10 +23,11 @@ import random
 import re
 import shutil
 import subprocess
-from typing import Protocol
+from typing import Any, Protocol
 
 from tests.support import free_port
 
+from .delayer import NsDelay, iptables
 from .proxy import ProxyHub
 
 CLIENT = "client"
@@ -128,7 +130,8 @@ class NetnsNet:
         self.ips: dict[str, str] = {}
         self.nft = shutil.which("nft") is not None
         self._routes: list[list[str]] = []
-        self._netem: set[str] = set()
+        self._delays: dict[str, NsDelay] = {}
+        self.delay_reports: list[dict[str, Any]] = []  # the delayers' counters, one per healed delay
         self._made: list[tuple[str, str]] = []  # ("ns", name) / ("link", name), for teardown
 
     def ns(self, name: str) -> str:
@@ -197,15 +200,12 @@ class NetnsNet:
             _run(full)
             self._routes.append(full)
 
-    def slow(self, names: list[str], delay_ms: float, jitter_ms: float, loss: float) -> None:
+    def slow(self, names: list[str], delay_ms: float, jitter_ms: float, loss: float, direction: str = "both") -> None:
+        """Delay (``delay_ms`` ± ``jitter_ms`` per packet) and loss on every link of these nodes; ``direction``
+        (delay only): ``both``, ``out`` (packets the node sends) or ``in`` (packets it receives)."""
         for name in names:
             if delay_ms or jitter_ms:
-                args = ["tc", "-n", self.ns(name), "qdisc", "add", "dev", "eth0", "root", "netem",
-                        "delay", f"{delay_ms}ms", f"{jitter_ms}ms"]
-                res = _run(args, check=False)
-                if res.returncode != 0:
-                    raise Unsupported(f"tc netem: {res.stderr.strip()} (this kernel has no sch_netem: use --net proxy)")
-                self._netem.add(name)
+                self._delay(name, delay_ms, jitter_ms, direction)
             if loss:  # both directions: every link of the node loses packets either way
                 if not self.nft:
                     raise Unsupported("packet loss needs nftables (nft) in netns mode")
@@ -213,14 +213,26 @@ class NetnsNet:
                     self._nft(name, f"add rule inet chaos {hook} {dev} != lo numgen random mod 1000 < "
                                     f"{int(loss * 1000)} drop")
 
+    def _delay(self, name: str, delay_ms: float, jitter_ms: float, direction: str) -> None:
+        if iptables() is None:
+            raise Unsupported("delay in netns mode needs iptables (Debian package iptables) for NFQUEUE")
+        if name in self._delays:
+            raise ValueError(f"{name} is already delayed")
+        d = NsDelay(self.prefix(name), delay_ms, jitter_ms, direction, seed=len(self.delay_reports))
+        try:
+            d.start()
+        except (OSError, RuntimeError) as e:
+            raise Unsupported(f"NFQUEUE delay: {e}") from e
+        self._delays[name] = d
+
     def heal(self) -> None:
+        for name, d in list(self._delays.items()):
+            self.delay_reports.append({"node": name, **d.stop()})
+        self._delays.clear()
         for name in self.ips:
             if self.nft:
                 for hook in ("input", "output"):
                     self._nft(name, f"flush chain inet chaos {hook}")
-            if name in self._netem:
-                _run(["tc", "-n", self.ns(name), "qdisc", "del", "dev", "eth0", "root"], check=False)
-        self._netem.clear()
         for r in self._routes:
             _run([*r[: r.index("add")], "del", *r[r.index("add") + 1 :]], check=False)
         self._routes.clear()

@@ -30,7 +30,7 @@ def timeline_series(hist: dict[str, Any]) -> dict[str, list[float]]:
 
 
 COLORS = {"kill": "red", "powerloss": "black", "pause": "orange", "isolate": "purple", "split": "purple",
-          "oneway": "magenta", "slow": "green", "loss": "green", "cut-ctl": "blue", "cut-peers": "teal",
+          "oneway": "magenta", "slow": "green", "delay": "olive", "loss": "green", "cut-ctl": "blue", "cut-peers": "teal",
           "diskfull": "brown"}
 
 
@@ -83,7 +83,7 @@ def plot(result: dict[str, Any], hist: dict[str, Any], path: Path) -> bool:
 
 def _check_line(name: str, c: dict[str, Any]) -> str:
     keys = {k: v for k, v in c.items() if k not in ("ok", "examples", "describe", "per_broker_set", "lost_examples",
-                                                  "allowed_examples")}
+                                                  "allowed_examples", "windows")}
     detail = ", ".join(f"{k}={v}" for k, v in keys.items())
     return f"| {name} | {'ok' if c['ok'] else '**FAIL**'} | {detail} |"
 
@@ -112,6 +112,7 @@ def markdown(result: dict[str, Any], hist: dict[str, Any], png: str | None) -> s
             lines += [f"  * {w['start']}–{w['end']} s ({w['s']} s) during {', '.join(w['faults']) or 'no fault'}"
                       for w in u["windows"][:8]]
     lines += _by_fault(checks.get("unavailability_by_fault", {}))
+    lines += _delays(checks.get("delay_windows", {}))
     if result.get("power_loss_restores"):
         lines += ["", "## Power losses", ""]
     for r in result.get("power_loss_restores", [])[:10]:
@@ -138,6 +139,22 @@ def _by_fault(c: dict[str, Any]) -> list[str]:
     for bset, cats in per.items():
         lines += [f"| {bset} | {cat} | {st['faults']} | {st['p50_s']} | {st['p99_s']} | {st['max_s']} |"
                   for cat, st in cats.items()]
+    return lines
+
+
+def _delays(c: dict[str, Any]) -> list[str]:
+    """Each delay fault: when it was in force and, per broker set, the sends acknowledged meanwhile, their
+    latency and the longest stretch without an acknowledgement (``ha_checks.delay_windows``)."""
+    if not c.get("windows"):
+        return []
+    lines = ["", "## Delay windows (sends sent and acknowledged while the delay was in force)", "",
+             f"Send latency with no fault in force, p50: {c.get('baseline_p50_ms')} ms", "",
+             "| fault | in force (s) | broker set | acknowledged | latency p50 / p99 (ms) | longest gap (s) |",
+             "|---|---|---|---|---|---|"]
+    for w in c["windows"]:
+        for bset, st in w["sets"].items():
+            lines.append(f"| {w['kind']} {w['target']} | {w['applied']}–{w['healing']} | {bset} | {st['acked']} | "
+                         f"{st['p50_ms']} / {st['p99_ms']} | {st['longest_gap_s']} |")
     return lines
 
 
