@@ -147,12 +147,13 @@ def container_cmd(conf: pathlib.Path) -> list[str]:
 
 class ClientRun:
     """The real RocketMQ client (C++ core) running tests/clients/rmq_client.py in its own venv.
-    Its JSON output lines are collected as they arrive (`rows`)."""
+    Its JSON output lines are collected as they arrive (`rows`, with when each arrived in `arrived`, monotonic)."""
 
     def __init__(self, mode: str, env: dict[str, Any], log_dir: pathlib.Path) -> None:
         log_dir.mkdir(parents=True, exist_ok=True)
         full = {**os.environ, **{k: str(v) for k, v in env.items()}, "LOG_DIR": str(log_dir)}
         self.rows: list[dict[str, Any]] = []
+        self.arrived: list[float] = []
         self.noise: list[bytes] = []
         self.proc = subprocess.Popen([CLIENT_PY, CLIENT_SCRIPT, mode], stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL, env=full, cwd=str(log_dir))
@@ -163,9 +164,12 @@ class ClientRun:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
             try:
-                self.rows.append(json.loads(line))
+                row = json.loads(line)
             except ValueError:
                 self.noise.append(line)
+            else:
+                self.arrived.append(time.monotonic())
+                self.rows.append(row)
 
     def received(self) -> list[dict[str, Any]]:
         return [r["recv"] for r in list(self.rows) if "recv" in r]

@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import json
 import pathlib
+import random
 import shutil
 import sys
 import tempfile
@@ -108,6 +109,13 @@ async def offsets_of(cli: RemotingClient, addr: str) -> dict[tuple[str, int], in
     return {(k.split("@")[0], int(q)): int(o) for k, v in table.items() if k.endswith("@LoadC") for q, o in v.items()}
 
 
+async def full_pull_bytes(cli: RemotingClient, master: str) -> int:
+    """What one 4.x full sync transfers: the four GET_ALL_* answers."""
+    codes = (ALL_TOPICS, ALL_OFFSETS, ALL_DELAY, ALL_GROUPS)
+    answers = [await call(cli, master, code, timeout=30.0) for code in codes]
+    return sum(len(a.body or b"") for a in answers)
+
+
 async def runtime(cli: RemotingClient, addr: str) -> dict[str, str]:
     return dict(orjson.loads((await call(cli, addr, RUNTIME)).body)["table"])
 
@@ -122,11 +130,11 @@ async def load_and_failover(cl: HACluster, cli: RemotingClient, master: str, sla
     sent = await commit_load(cli, master, args.rate, args.seconds, 1000, acked, stop)
     after = await runtime(cli, master)
     written = int(after.get("metadataRecordBytesWritten", 0)) - int(before.get("metadataRecordBytesWritten", 0))
-    full_pull = 0
-    for code in (ALL_TOPICS, ALL_OFFSETS, ALL_DELAY, ALL_GROUPS):
-        full_pull += len((await call(cli, master, code)).body or b"")
+    full_pull = await full_pull_bytes(cli, master)
     load = asyncio.create_task(commit_load(cli, master, args.rate, 30, 1000, acked, stop, start=sent))
-    await asyncio.sleep(2.0)  # sleep-ok: the load runs a while before the kill
+    # the kill lands at a random phase of the slave's 3 s full-sync period (seeded): a fixed delay from the start
+    # would always hit the same phase and report the same loss window
+    await asyncio.sleep(2.0 + args.rng.uniform(0.0, 3.0))  # sleep-ok: the load runs a while before the kill
     kill_t = time.monotonic()
     cl.kill_container(cl.container_of(master))
     stop.set()
@@ -134,13 +142,18 @@ async def load_and_failover(cl: HACluster, cli: RemotingClient, master: str, sla
     new = await asyncio.to_thread(cl.wait_master, "broker-a", master, 30)
     got = await offsets_of(cli, new)
     lost = {k: v for k, v in acked.items() if got.get(k, 0) < v[0]}
-    windows = [(kill_t - t) * 1000 for _o, t in lost.values()]
+    # offsets are one global sequence at `rate` commits/s: how much older than the last acknowledged commit is
+    # the offset the promoted slave kept for each queue (the window of commits a failover loses)
+    windows = [(o - got.get(k, 0)) / args.rate * 1000 for k, (o, _t) in lost.items()]
+    lost_commits = sum((o - got.get(k, 0)) // 1000 for k, (o, _t) in lost.items())  # a queue's commits are 1000 apart
     return {"commits": sent, "seconds": args.seconds,  # the steady phase (before the failover phase)
             "incremental_bytes_per_commit": round(written / max(1, sent), 2),
             "incremental_bytes_per_s": round(written / args.seconds),
             "full_sync_bytes_per_pull": full_pull, "full_sync_bytes_per_s_at_3s": round(full_pull / 3),
             "failover": {"queues_committed": len(acked), "queues_behind": len(lost),
-                         "oldest_lost_commit_ms_before_kill": round(max(windows), 1) if windows else 0.0}}  # fmt: skip
+                         "kept_offset_age_ms": pct(windows) if windows else {"n": 0},
+                         "commits_lost": lost_commits, "commits_lost_ms": round(lost_commits / args.rate * 1000, 1),
+                         "last_ack_ms_before_kill": round((kill_t - max(t for _o, t in acked.values())) * 1000, 1)}}  # fmt: skip
 
 
 async def bootstrap(cl: HACluster, cli: RemotingClient, master: str, args: Any) -> dict[str, Any]:
@@ -175,7 +188,8 @@ async def bootstrap(cl: HACluster, cli: RemotingClient, master: str, args: Any) 
 
     secs = await until(complete, 120, 0.05)
     return {"topics": args.topics, "groups": args.groups, "offsets": args.offsets,
-            "seconds_from_container_start": round(secs, 2)}  # fmt: skip
+            "seconds_from_container_start": round(secs, 2),
+            "full_sync_bytes_per_pull": await full_pull_bytes(cli, master)}  # the 4.x pull of this image, per period
 
 
 async def run_mode(incremental: bool, args: Any) -> dict[str, Any]:
@@ -213,11 +227,13 @@ def main() -> None:
     ap.add_argument("--topics", type=int, default=10_000)
     ap.add_argument("--groups", type=int, default=5_000)
     ap.add_argument("--offsets", type=int, default=100_000)
+    ap.add_argument("--seed", type=int, default=int(time.time()) % 100_000)
     args = ap.parse_args()
+    args.rng = random.Random(args.seed)
     if args.quick:
         args.changes, args.seconds, args.topics, args.groups, args.offsets = 30, 3.0, 1000, 500, 10_000
         args.baseline_changes = 10
-    result = {"machine": machine(), "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+    result = {"machine": machine(), "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "seed": args.seed,
               "incremental": asyncio.run(run_mode(True, args)), "full_sync": asyncio.run(run_mode(False, args))}
     print(json.dumps(result, indent=2))
 

@@ -10,11 +10,12 @@ from typing import Any
 
 import pytest
 
+from tests.chaos.checked import run_checked
 from tests.chaos.harness import realclient
 from tests.chaos.harness.delayer import iptables
 from tests.chaos.harness.nemesis import Fault
 from tests.chaos.harness.net import netns_available
-from tests.chaos.harness.runner import RunSpec, run
+from tests.chaos.harness.runner import RunSpec
 from tests.chaos.harness.workload import WorkloadSpec
 
 pytestmark = pytest.mark.integration
@@ -24,16 +25,7 @@ TARGETS = {"kill": 2.0, "partition": 5.0, "pause": 5.0, "delay": 5.0}  # p99 una
 
 
 def _run(tmp_path: Path, spec: RunSpec) -> dict[str, Any]:
-    last = max(f.at + f.duration for f in spec.faults())
-    spec.duration_s = last + 3.0  # as scripts/chaos.py
-    result = run(spec, tmp_path, keep_deploy=True)
-    assert result["error"] is None, result["error"]
-    checks = result["checks"]
-    print(f"\n{result['dir']}\n" + "\n".join(f"  {n}: {c}" for n, c in checks.items() if n != "unavailability"))
-    failed = {n: c for n, c in checks.items() if not c["ok"]}
-    assert not failed, f"checks failed: {failed} (report: {result['dir']}/report.md)"
-    assert not result["skipped_faults"], result["skipped_faults"]
-    return result
+    return run_checked(tmp_path, spec, tail_s=3.0, keep_deploy=True)  # the tail as scripts/chaos.py
 
 
 def test_ha_2c_survives_a_container_kill_a_pause_an_isolation_and_a_delay(tmp_path: Path) -> None:

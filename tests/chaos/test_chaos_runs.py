@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
+from tests.chaos.checked import run_checked
 from tests.chaos.harness.net import netns_available
-from tests.chaos.harness.runner import RunSpec, run
+from tests.chaos.harness.runner import RunSpec
 from tests.chaos.harness.workload import WorkloadSpec
 
 pytestmark = pytest.mark.integration
@@ -17,17 +18,7 @@ NET = "netns" if netns_available() is None else "proxy"  # network faults: names
 
 
 def _run(tmp_path: Path, **kw: Any) -> dict[str, Any]:
-    spec = RunSpec(**kw)
-    last = max(f.at + f.duration for f in spec.faults())
-    spec.duration_s = kw.get("duration_s", last + 1.5)
-    result = run(spec, tmp_path)
-    assert result["error"] is None, result["error"]
-    checks = result["checks"]
-    print(f"\n{result['dir']}\n" + "\n".join(f"  {n}: {c}" for n, c in checks.items() if n != "unavailability"))
-    failed = {n: c for n, c in checks.items() if not c["ok"]}
-    assert not failed, f"checks failed: {failed} (report: {result['dir']}/report.md)"
-    assert not result["skipped_faults"], result["skipped_faults"]
-    return result
+    return run_checked(tmp_path, RunSpec(**kw), tail_s=1.5)
 
 
 FAST = {"hold_s": (0.4, 0.8), "gap_s": (0.5, 1.0), "workload": WorkloadSpec(admin_every_s=0.5)}

@@ -5,15 +5,11 @@ in proxy mode it bypasses the proxies (docs/chaos.md)."""
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import threading
 import time
 from pathlib import Path
-from typing import Any
 
-from tests.support import CLIENT_PY, CLIENT_SCRIPT
+from tests.support import CLIENT_PY, ClientRun
 
 from .history import History, Send
 from .workload import RC_TOPIC
@@ -25,32 +21,17 @@ def available() -> bool:
 
 class RealProducer:
     def __init__(self, namesrv: str, bset: str, log_dir: Path, t0: float, count: int = 1_000_000) -> None:
-        log_dir.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "NAMESRV": namesrv, "TOPIC": RC_TOPIC, "GROUP": "ChaosRCGroup", "COUNT": str(count),
-               "SEND_TIMEOUT_MS": "3000", "LOG_DIR": str(log_dir)}
+        env = {"NAMESRV": namesrv, "TOPIC": RC_TOPIC, "GROUP": "ChaosRCGroup", "COUNT": count, "SEND_TIMEOUT_MS": 3000}
         self.bset, self.t0 = bset, t0
         self.wall_t0 = time.time() - (time.monotonic() - t0)
-        self.rows: list[tuple[float, dict[str, Any]]] = []
-        self.proc = subprocess.Popen([CLIENT_PY, CLIENT_SCRIPT, "produce"], stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, env=env, cwd=str(log_dir))
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            try:
-                self.rows.append((time.monotonic() - self.t0, json.loads(line)))
-            except ValueError:
-                continue
+        self.run = ClientRun("produce", env, log_dir)
 
     def stop(self, h: History) -> None:
         """Stop the client and add its sends to the history."""
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(10)
-        self._reader.join(10)
-        for ret, row in self.rows:
+        self.run.kill()
+        _rc, rows = self.run.wait(10)
+        for arrived, row in zip(self.run.arrived, rows, strict=True):
+            ret = arrived - self.t0
             if "sent" not in row:
                 continue
             call = row.get("sent_at_ms", 0) / 1000 - self.wall_t0 if "sent_at_ms" in row else ret
