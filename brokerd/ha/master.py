@@ -218,6 +218,8 @@ class HAMaster:
             return []
         out = self._recompute()  # first, so the frames carry the new confirm offset
         for c in list(self.conns.values()):
+            if c.slave_id is not None and c.state is S.TRANSFER and c.ack >= c.next_offset:
+                self.caught_up_ms[c.slave_id] = now_ms  # it held everything until this append
             out += self._pump(c, now_ms)
         return out + self._confirm_frames(now_ms)
 
@@ -329,12 +331,14 @@ class HAMaster:
         if self.fenced or self.proposed is not None:
             return []
         connected = {c.slave_id for c in self.conns.values() if c.slave_id is not None}
-        holds_all = {c.slave_id for c in self.conns.values()
-                     if c.state is S.TRANSFER and c.ack >= self.log.max_phy_offset}  # fmt: skip
+        # a slave that holds everything is caught up now, whenever it last reported (an idle slave reports only
+        # every haSendHeartbeatInterval, which may be longer than haMaxTimeSlaveNotCatchup); on_local_append
+        # does the same when data arrives, so the first write after a long idle time does not count it behind
+        for c in self.conns.values():
+            if c.slave_id is not None and c.state is S.TRANSFER and c.ack >= self.log.max_phy_offset:
+                self.caught_up_ms[c.slave_id] = now_ms
         limit = self.cfg.ha_max_time_slave_not_catchup_ms
-        # a member that holds everything is caught up now, whenever it last reported (an idle slave reports
-        # only every haSendHeartbeatInterval, which may be longer than haMaxTimeSlaveNotCatchup)
-        keep = frozenset(m for m in self.remote_set if m == self.broker_id or m in holds_all or (
+        keep = frozenset(m for m in self.remote_set if m == self.broker_id or (
             m in connected and now_ms - self.caught_up_ms.get(m, -limit - 1) <= limit))  # fmt: skip
         return self._propose(keep) if keep != self.remote_set else []
 

@@ -145,6 +145,24 @@ def test_an_idle_member_holding_everything_stays_in_the_set_between_its_reports(
         link.pump(link.s.tick(t), t, from_master=False)
 
 
+def test_the_first_write_after_a_long_idle_time_does_not_shrink_a_member_that_held_everything() -> None:
+    """Idle for a minute, then a write: the member gets haMaxTimeSlaveNotCatchup from that write to catch up, and
+    is dropped only when it does not."""
+    cfg = HAConfig(ha_transfer_batch_size=64, transfer_window_bytes=256, ha_max_time_slave_not_catchup_ms=3000,
+                   check_sync_state_set_period_ms=1000, ha_send_heartbeat_interval_ms=5000)  # fmt: skip
+    master = HAMaster(cfg, _master_log((1, b"x" * 10)), 1, 1, frozenset({1, 2}), 1, 0)
+    link = _link(master, HASlave(cfg, MemoryLog(), 2, 0))
+    link.connect(0)
+    master.on_sync_state_set(frozenset({1, 2}), 2, 0)
+    for t in range(500, 60_000, 500):  # idle; the master's checks run between the slave's 5 s reports
+        link.pump(master.tick(t), t)
+        link.pump(link.s.tick(t), t, from_master=False)
+    link.s.on_data = lambda *a: []  # type: ignore[method-assign]  # the write below is not acknowledged (yet)
+    link.pump(master.append(b"y" * 10, 60_100), 60_100)
+    alters = [(t, a) for t in range(60_500, 70_000, 500) for a in master.tick(t) if isinstance(a, AlterSyncStateSet)]
+    assert alters and alters[0] == (63_500, AlterSyncStateSet(1, 1, frozenset({1}), 2))  # 3 s after the write
+
+
 def test_heartbeat_after_idle_and_housekeeping_close_after_silence() -> None:
     mlog = _master_log((1, b"x" * 10))
     master = HAMaster(CFG, mlog, 1, 1, frozenset({1}), 1, 0)
