@@ -30,7 +30,7 @@ from tests.chaos.harness.nemesis import CutRecorder
 from tests.chaos.harness.net import partition
 
 HA = CheckSettings(replicated=True, flush="ASYNC_FLUSH", metasync_s=0.1, incremental_metadata=True)
-A, B = "10.0.0.5:1000", "10.0.0.6:2000"  # broker-a's brokers on c0 and c1
+A, B = "10.0.0.5:1000", "10.0.0.6:2000"  # port-ok: history data, nothing binds; broker-a on c0 and c1
 
 
 def poll(broker: str, epoch: int, t: float, master: bool | None = None) -> RoleSample:

@@ -29,7 +29,7 @@ from brokerd.metadata import BrokerMetadata, SubscriptionGroupConfig, TopicConfi
 from brokerd.remoting import ConnectionClosed, RemotingCommand, ResponseCode, request
 from tests.unit.metadata.helpers import make_broker
 
-MASTER = "10.0.0.1:10911"
+MASTER = "10.0.0.1:10911"  # port-ok: an address the fake outer client answers for; nothing binds it
 
 
 class FakeMaster:
