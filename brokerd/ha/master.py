@@ -177,8 +177,7 @@ class HAMaster:
         c = self.conns.pop(conn, None)
         if c is None:
             return []
-        if self.cfg.shrink_on_disconnect and c.slave_id in self.remote_set:
-            self.next_check_ms = min(self.next_check_ms, now_ms)  # shrink at the next tick
+        self._member_gone(c, now_ms)
         return self._recompute()
 
     def on_data(self, conn: ConnId, data: bytes | bytearray | memoryview, now_ms: int) -> list[Action]:
@@ -221,7 +220,7 @@ class HAMaster:
             if c.slave_id is not None and c.state is S.TRANSFER and c.ack >= c.next_offset:
                 self.caught_up_ms[c.slave_id] = now_ms  # it held everything until this append
             out += self._pump(c, now_ms)
-        return out + self._confirm_frames(now_ms)
+        return out + self.confirm_frames(now_ms)
 
     def tick(self, now_ms: int) -> list[Action]:
         out: list[Action] = []
@@ -386,14 +385,10 @@ class HAMaster:
         return [Send(c.conn, encode_parts(TransferFrame(c.next_offset, e.epoch, e.start_offset, self.confirm)))]
 
     def confirm_frames(self, now_ms: int) -> list[Action]:
-        """Call once the inputs of a loop iteration are in (acks coalesce into one frame per slave): an empty
-        frame to each caught-up slave whose last frame carried an older confirm offset."""
-        return self._confirm_frames(now_ms)
-
-    def _confirm_frames(self, now_ms: int) -> list[Action]:
-        """An empty frame to each caught-up slave whose last frame carried an older confirm offset (deviation:
-        RocketMQ lets a slave's confirm offset wait for the next data or heartbeat frame, up to 5 s; a slave
-        serves reads only up to it)."""
+        """An empty frame to each caught-up slave whose last frame carried an older confirm offset; the driver
+        calls it once the inputs of a loop iteration are in, so acks coalesce into one frame per slave
+        (deviation: RocketMQ lets a slave's confirm offset wait for the next data or heartbeat frame, up to 5 s;
+        a slave serves reads only up to it)."""
         out: list[Action] = []
         for c in list(self.conns.values()):
             if c.state is S.TRANSFER and c.sent_confirm < self.confirm and c.next_offset >= self.log.max_phy_offset:
@@ -401,9 +396,13 @@ class HAMaster:
         return out
 
     def _close(self, c: SlaveConnection, reason: str) -> list[Action]:
-        if self.conns.pop(c.conn, None) is not None and self.cfg.shrink_on_disconnect and c.slave_id in self.remote_set:
-            self.next_check_ms = min(self.next_check_ms, c.last_read_ms)
+        if self.conns.pop(c.conn, None) is not None:
+            self._member_gone(c, c.last_read_ms)
         return [Close(c.conn, reason), *self._recompute()]
+
+    def _member_gone(self, c: SlaveConnection, at_ms: int) -> None:
+        if self.cfg.shrink_on_disconnect and c.slave_id in self.remote_set:
+            self.next_check_ms = min(self.next_check_ms, at_ms)  # shrink at the next tick
 
     # ------------------------------------------------------------------ confirm offset and progress
 
