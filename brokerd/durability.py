@@ -138,14 +138,25 @@ def before_fd_sync(fd: int, path: str | Path, *, length: int | None = None, rese
             "size": size, "reset": reset}
 
 
-def before_mapped_sync(fd: int, path: str | Path, wrote: int, mm: Any, size: int) -> Note:
+class _Pread:
+    """Slices of a file read through its descriptor: a hole reads as zeros without faulting a page in (a read
+    fault on a hole of a tmpfs mapping allocates a page: SIGBUS when the filesystem is full)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def __getitem__(self, s: slice) -> bytes:
+        return os.pread(self.fd, s.stop - s.start, s.start)
+
+
+def before_mapped_sync(fd: int, path: str | Path, wrote: int, size: int) -> Note:
     """Sample a preallocated mapped file before its sync: ``len`` is the larger of the writer's position
     (``wrote``: exact for commit-log segments) and the written extent found in the mapping (consume-queue files
     are written through the mapping in order; ``wrote`` is stale for them). The harness's restore policy says
     which files are append-only (docs/chaos.md)."""
     note = before_fd_sync(fd, path, length=0)
     note["wrote"] = wrote
-    note["extent"] = nonzero_extent(mm, size)
+    note["extent"] = nonzero_extent(_Pread(fd), size)
     note["len"] = max(wrote, note["extent"])
     note["size"] = size
     return note

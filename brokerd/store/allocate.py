@@ -67,6 +67,10 @@ class _Worker:
         with f.io_lock:
             if f.closed:
                 return
+            try:
+                f.reserve_to(length)  # sparse: the pages written ahead need their blocks
+            except OSError:
+                return  # a full disk: the writer meets ENOSPC when it reserves, a clean error
             self.madvise(mapping_address(f), min(length, f.size), MADV_POPULATE_WRITE)
 
 

@@ -114,7 +114,10 @@ class ConsumeQueue:
             f = self._file_for_write(byte_pos)
             if empty:  # a replica that starts mid-log: the queue begins at its first entry, not its file's start
                 self.min_offset = queue_offset
-        ENTRY.pack_into(f.mm, byte_pos - f.base, phys, size, tags_code)
+        pos = byte_pos - f.base
+        if pos + CQ_UNIT_SIZE > f.reserved:
+            f.reserve_to(pos + CQ_UNIT_SIZE)
+        ENTRY.pack_into(f.mm, pos, phys, size, tags_code)
         if queue_offset >= self.max_offset:
             self.max_offset = queue_offset + 1
 
@@ -262,11 +265,11 @@ _ZERO_STEP: Final = bytes(65536)
 
 
 def _written_count(f: MappedFile) -> int:
-    """Number of leading entries with size > 0 in ``f`` (binary search)."""
+    """Number of leading entries with size > 0 in ``f`` (binary search; probes may land in holes: read_at)."""
     lo, hi = 0, f.size // CQ_UNIT_SIZE
     while lo < hi:
         mid = (lo + hi) // 2
-        if _SIZE_AT.unpack_from(f.mm, mid * CQ_UNIT_SIZE + 8)[0] > 0:
+        if _SIZE_AT.unpack(f.read_at(mid * CQ_UNIT_SIZE + 8, _SIZE_AT.size))[0] > 0:
             lo = mid + 1
         else:
             hi = mid
@@ -274,12 +277,12 @@ def _written_count(f: MappedFile) -> int:
 
 
 def _last_nonzero_end(f: MappedFile, pos: int) -> int:
-    """End of the possibly stale region after ``pos``: scan 64 KiB steps until an all-zero step."""
+    """End of the possibly stale region after ``pos``: scan 64 KiB steps until an all-zero step (read_at)."""
     end = pos
     p = pos
     while p < f.size:
         n = min(len(_ZERO_STEP), f.size - p)
-        if f.mm[p : p + n] != _ZERO_STEP[:n]:
+        if f.read_at(p, n) != _ZERO_STEP[:n]:
             end = p + n
         else:
             break

@@ -35,6 +35,8 @@ TAIL: Final = struct.Struct(">qqi")  # end_ts, end_phy, index_count (at byte 24)
 HEADER_SIZE: Final = 48
 SLOT_SIZE: Final = 4
 ENTRY_SIZE: Final = 24
+ENTRY: Final = struct.Struct("=3Q")  # an entry as the views see it (native byte order)
+SCAN_BYTES: Final = 2048 * ENTRY_SIZE
 
 log = structlog.get_logger(component="store.index")
 
@@ -56,6 +58,7 @@ class IndexFile:
         self.slots = slots
         self.max_entries = max_entries
         self.entries_pos = HEADER_SIZE + slots * SLOT_SIZE
+        mf.reserve_to(self.entries_pos)  # the header and every slot (written at random), before anything is read
         mm = mf.mm
         whole = memoryview(mm)
         self.slot_view = whole[HEADER_SIZE : self.entries_pos].cast("I")
@@ -66,14 +69,29 @@ class IndexFile:
         if magic != MAGIC or version != VERSION or not 0 < self.count <= max_entries:
             self.begin_ts = self.begin_phy = self.end_ts = self.end_phy = 0
             self.count = 1
-        ent = self.ent_view
-        while self.count < max_entries and ent[self.count * 3 + 2] != 0:
-            phys, ts = ent[self.count * 3 + 1], ent[self.count * 3 + 2]
-            if self.count == 1:
-                self.begin_ts, self.begin_phy = ts, phys
-            self.end_ts, self.end_phy = ts, phys
-            self.count += 1
+        self._scan_unrecorded()
         self.write_header()
+
+    def _scan_unrecorded(self) -> None:
+        """Count the entries written after the last header write, read through the descriptor (the scan ends in
+        the unwritten part, maybe a hole: see ``MappedFile.read_at``)."""
+        end = self.entries_pos + self.max_entries * ENTRY_SIZE
+        while self.count < self.max_entries:
+            pos = self.entries_end(0)
+            chunk = self.mf.read_at(pos, min(SCAN_BYTES, end - pos))
+            if len(chunk) < ENTRY_SIZE:  # the file is shorter than it should be: what it holds is counted
+                return
+            for _word, phys, ts in ENTRY.iter_unpack(chunk[: len(chunk) - len(chunk) % ENTRY_SIZE]):
+                if ts == 0:
+                    return
+                if self.count == 1:
+                    self.begin_ts, self.begin_phy = ts, phys
+                self.end_ts, self.end_phy = ts, phys
+                self.count += 1
+
+    def entries_end(self, more: int) -> int:
+        """Where the entries end in the file once ``more`` are added."""
+        return self.entries_pos + (int(self.count) + more) * ENTRY_SIZE
 
     @staticmethod
     def size_for(slots: int, max_entries: int) -> int:
@@ -172,6 +190,9 @@ class IndexService:
         seed = self._topic_seeds.get(topic)
         if seed is None:
             seed = self._topic_seeds[topic] = crc32(f"{topic}#".encode("utf-8", "replace"))
+        end = f.entries_end(len(keys))
+        if end > f.mf.reserved:
+            f.mf.reserve_to(end)
         if INDEX_PUT is not None:
             n = INDEX_PUT(f.slot_view, f.ent_view, f.slots, f.count, f.max_entries, seed, keys, phys, ts)
         else:

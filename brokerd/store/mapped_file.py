@@ -31,6 +31,8 @@ from brokerd import durability
 from brokerd.native import native
 
 _ZERO_CHUNK: Final = 1 << 20
+RESERVE_CHUNK: Final = 64 << 10
+"""Blocks a sparse file's writer reserves at a time (3,276 consume-queue entries)."""
 
 
 def file_name(offset: int) -> str:
@@ -66,7 +68,7 @@ def sync_all(dirs: Iterable[Path], files: Iterable[MappedFile], *, missing_dirs_
                 if not f.closed:
                     file_fds.append(os.dup(f.fd))
                     if notes is not None:
-                        notes.append(durability.before_mapped_sync(f.fd, f.path, f.wrote, f.mm, f.size))
+                        notes.append(durability.before_mapped_sync(f.fd, f.path, f.wrote, f.size))
     except BaseException:
         for fd in dir_fds + file_fds:
             os.close(fd)
@@ -94,20 +96,20 @@ _sync_close: Callable[[list[int], list[int]], int] = native.sync_close if native
 
 
 def reserve(fd: int, size: int, *, sparse: bool) -> None:
-    """Size a new file: commit-log segments reserve their blocks (``preallocate``); consume-queue and index files
-    stay sparse, as RocketMQ's do (blocks are allocated as entries are written): a broker with thousands of
-    topics would otherwise reserve 6 MB per queue up front. The store stops writes before its disk is full
-    (diskSpaceCleanForciblyRatio), so writes through their mappings do not meet ENOSPC."""
+    """Size a new file: commit-log segments reserve all their blocks (``preallocate``); consume-queue and index
+    files stay sparse, as RocketMQ's do: a broker with thousands of topics would otherwise reserve 6 MB per queue
+    up front. Their writers reserve blocks ahead of what they write (``MappedFile.reserve_to``)."""
     if sparse:
         os.ftruncate(fd, size)
     else:
         preallocate(fd, size)
 
 
-def preallocate(fd: int, size: int) -> None:
-    """Reserve disk blocks so writes through the mapping never hit ENOSPC (which would be SIGBUS)."""
+def preallocate(fd: int, size: int, start: int = 0) -> None:
+    """Reserve disk blocks for ``[start, size)`` so writes through the mapping never hit ENOSPC (which would be
+    SIGBUS: the process dies); a full disk raises OSError here instead."""
     try:
-        os.posix_fallocate(fd, 0, size)
+        os.posix_fallocate(fd, start, size - start)
     except OSError as exc:
         if exc.errno in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
             os.ftruncate(fd, size)
@@ -119,7 +121,7 @@ class MappedFile:
     """One file of ``size`` bytes starting at logical ``base``, mapped read/write."""
 
     __slots__ = ("path", "base", "size", "fd", "mm", "wrote", "closed", "last_store_ts", "io_lock", "warm_trigger",
-                 "warmed")  # fmt: skip
+                 "warmed", "reserved")  # fmt: skip
 
     def __init__(self, path: Path, base: int, size: int, fd: int, *, random_access: bool = False) -> None:
         self.path = path
@@ -140,6 +142,7 @@ class MappedFile:
         self.io_lock = threading.Lock()
         self.warm_trigger = size  # appends past this kick the Warmer (set when it tracks the file)
         self.warmed = 0
+        self.reserved = 0 if random_access else size  # [0, reserved) has disk blocks (random-access files: sparse)
 
     @classmethod
     def create(cls, directory: Path, base: int, size: int, *, name: str | None = None,
@@ -178,6 +181,21 @@ class MappedFile:
     @property
     def end(self) -> int:
         return self.base + self.size
+
+    def read_at(self, pos: int, n: int) -> bytes:
+        """Read through the descriptor, for scans that may reach unwritten parts of a sparse file: a hole reads as
+        zeros without faulting a page in (on tmpfs a read fault on a hole allocates a page: SIGBUS when full)."""
+        return os.pread(self.fd, n, pos)
+
+    def reserve_to(self, end: int) -> None:
+        """Give ``[0, end)`` disk blocks before it is written through the mapping (a sparse file: a page without
+        a block on a full disk is SIGBUS, the death of every broker in the process), ``RESERVE_CHUNK`` ahead.
+        Raises OSError (ENOSPC) instead; the store's writers treat it as any I/O error. Writers check
+        ``end > self.reserved`` first: a call is due once per chunk."""
+        new = min(self.size, -(-end // RESERVE_CHUNK) * RESERVE_CHUNK)
+        if new > self.reserved:
+            preallocate(self.fd, new, self.reserved)
+            self.reserved = new
 
     def write_at(self, pos: int, data: bytes | bytearray | memoryview) -> None:
         """Write ``data`` at ``pos`` through the file descriptor (see the module doc). Raises OSError."""

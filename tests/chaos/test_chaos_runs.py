@@ -45,6 +45,16 @@ def test_power_loss_with_sync_flush_loses_nothing_acknowledged(tmp_path: Path) -
     assert r["checks"]["metadata_lost"]["acknowledged"] >= 4 and r["checks"]["corrupt"]["count"] == 0
 
 
+@pytest.mark.skipif(NET != "netns", reason="the disk-full fault mounts a tmpfs (root)")
+def test_a_full_disk_refuses_writes_and_the_container_lives_on(tmp_path: Path) -> None:
+    """The store's filesystem is filled under load: sends are refused while it is full, nothing acknowledged is
+    lost, the container never exits (consume-queue and index files are sparse: SIGBUS here killed it once)."""
+    r = _run(tmp_path, deployment="single", net=NET, flush="SYNC_FLUSH", kinds=["diskfull"], cycles=2, tmpfs_mb=128,
+             **FAST)  # fmt: skip
+    assert r["checks"]["processes"]["unexpected_exits"] == 0
+    assert r["checks"]["acked_lost"]["lost"] == 0 and r["checks"]["acked_lost"]["acknowledged"] > 300
+
+
 def test_controller_leader_killed_paused_and_partitioned_stays_linearizable(tmp_path: Path) -> None:
     r = _run(tmp_path, deployment="controller", net=NET, kinds=["kill", "pause", "isolate"], cycles=3,
              targets=["leader"], **FAST)

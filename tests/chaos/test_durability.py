@@ -41,9 +41,7 @@ def _sync_dir(j: Journal, path: Path) -> None:
 def _sync_mapped(j: Journal, path: Path, wrote: int) -> None:
     fd = os.open(path, os.O_RDWR)
     try:
-        size = os.fstat(fd).st_size
-        with mmap.mmap(fd, size) as mm:
-            note = before_mapped_sync(fd, path, wrote, mm, size)
+        note = before_mapped_sync(fd, path, wrote, os.fstat(fd).st_size)
         os.fdatasync(fd)
         j.write(note)
     finally:
