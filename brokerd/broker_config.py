@@ -108,6 +108,21 @@ class BrokerConfig:
     metadata_offset_flush_interval: int = 100  # ms: coalesced consumer/delay offsets reach the log within this
     metadata_offset_flush_commits: int = 1000  # ... or after this many commits
     metadata_snapshot_interval: int = 60_000  # ms between a master's snapshot files
+    # tiered storage under HA (docs/tiered.md)
+    tiered_store_enable: bool = False
+    tiered_backend_service_provider: str = "posix"  # posix (a directory on any mounted filesystem) or s3
+    tiered_store_file_path: str = ""  # posix: the tier's root directory
+    object_store_endpoint: str = ""  # s3: endpoint URL (empty: AWS)
+    object_store_bucket: str = ""
+    object_store_access_key: str = ""
+    object_store_secret_key: str = ""
+    object_store_region: str = "us-east-1"
+    tiered_store_file_reserved_time: int = 72  # hours the tier keeps data (local: fileReservedTime)
+    tiered_chunk_size: int = 16 * 1024 * 1024  # bytes of confirmed log per uploaded chunk (a segment's end cuts one)
+    tiered_upload_interval: int = 500  # ms between upload checks when there is nothing to upload
+    tiered_read_cache_size: int = 64 * 1024 * 1024  # bytes of tier chunks cached for reads
+    tiered_read_ahead_chunks: int = 1
+    tiered_bootstrap_from_tier: bool = True  # an empty slave fetches the tier's chunks before replicating
     # container-level knobs a broker may override
     replicas_per_disk_partition: int = 1
     logical_disk_space_clean_forcibly_threshold: float = 0.80
@@ -179,6 +194,26 @@ class BrokerConfig:
             raise ConfigError(f"haMasterAddress: expected host:port, got {self.ha_master_address!r}")
         if not 0 < self.access_message_in_memory_max_ratio <= 100:
             raise ConfigError("accessMessageInMemoryMaxRatio: must be in 1..100")
+        if self.tiered_store_enable:
+            self._validate_tiered()
+
+    def _validate_tiered(self) -> None:
+        provider = self.tiered_backend_service_provider
+        if provider not in ("posix", "s3"):
+            raise ConfigError(f"tieredBackendServiceProvider: must be posix or s3, got {provider!r}")
+        if provider == "posix" and not self.tiered_store_file_path:
+            raise ConfigError("tieredStoreFilePath: required with tieredBackendServiceProvider=posix")
+        if provider == "s3" and not self.object_store_bucket:
+            raise ConfigError("objectStoreBucket: required with tieredBackendServiceProvider=s3")
+        if not 64 * 1024 <= self.tiered_chunk_size <= self.mapped_file_size_commit_log:
+            raise ConfigError("tieredChunkSize: must be between 65536 and mappedFileSizeCommitLog")
+        for key, val in (("tieredStoreFileReservedTime", self.tiered_store_file_reserved_time),
+                         ("tieredUploadInterval", self.tiered_upload_interval),
+                         ("tieredReadCacheSize", self.tiered_read_cache_size)):  # fmt: skip
+            if val <= 0:
+                raise ConfigError(f"{key}: must be > 0, got {val}")
+        if self.tiered_read_ahead_chunks < 0:
+            raise ConfigError("tieredReadAheadChunks: must be >= 0")
 
     @property
     def identity(self) -> str:

@@ -32,6 +32,9 @@ from brokerd.remoting.codes import RequestCode, ResponseCode
 from brokerd.remoting.command import RemotingCommand, request
 from brokerd.remoting.connection import Connection
 from brokerd.sync.service import MetadataSync, SyncConfig
+from brokerd.tiered.backend import make_backend
+from brokerd.tiered.config import TierConfig
+from brokerd.tiered.service import TieredService
 
 MASTER_ROLE_IN_CONTROLLER_MODE = "SYNC_MASTER"  # as RocketMQ's ReplicasManager sets it
 DISCOVERY_PERIOD_S = 2.0  # a classic slave asks the name server for its master this often until it knows it
@@ -85,6 +88,7 @@ class BrokerReplication:
                                                  cfg.metadata_snapshot_interval),
                                       broker.store, broker.meta, (cfg.broker_ip1, cfg.listen_port), broker.outer,
                                       broker.master_broker_addr, broker.log)  # fmt: skip
+        self.tiered = tiered_service_of(broker) if cfg.tiered_store_enable else None
         self.master_epoch = 0
         self.link: ControllerLink | None = None
         if self.controller_mode:
@@ -122,6 +126,8 @@ class BrokerReplication:
         await self.metasync.stop()
         if self.msync is not None:
             await self.msync.stop()
+        if self.tiered is not None:
+            await self.tiered.stop()
         await self.ha.stop()
 
     @property
@@ -145,6 +151,8 @@ class BrokerReplication:
         await self._stop_metasync()
         if self.msync is not None:
             self.msync.on_master()
+        if self.tiered is not None:
+            self.tiered.on_master(epoch, 0)
 
     async def change_classic_role(self, role: str, broker_id: int) -> None:
         """An admin's role change (classic mode): the HA side follows the new configuration."""
@@ -173,12 +181,23 @@ class BrokerReplication:
             self.ha.set_master_address(result.ha_server_addr)
 
     async def _follow(self, broker_id: int, master_addr: str | None, ha_addr: str | None) -> None:
+        if self.tiered is not None:
+            self.tiered.on_slave()  # a deposed master stops uploading before anything else
+            await self._bootstrap_from_tier()
         self.ha.become_slave(broker_id, ha_addr)
         self.broker.master_addr = master_addr
         if self.msync is not None:
             self.msync.on_slave()
         if master_addr is not None:
             self.metasync.start()
+
+    async def _bootstrap_from_tier(self) -> None:
+        """An empty slave takes what the tier holds first, then replicates only the rest from its master."""
+        assert self.tiered is not None
+        try:
+            await self.tiered.bootstrap_from_tier_if_empty()
+        except (OSError, ValueError) as exc:  # the master still has it all: replication fills in the rest
+            self.broker.log.warning("tier_bootstrap_failed", error=str(exc))
 
     async def _stop_metasync(self) -> None:
         """This broker is master now: its own tables are the truth (offsets it held for a master are dropped)."""
@@ -201,6 +220,8 @@ class BrokerReplication:
         if self.msync is not None:
             self.msync.on_master()
         self.broker.master_addr = None
+        if self.tiered is not None:
+            self.tiered.on_master(epoch, controller_id)
         await self.broker.apply_role(MASTER_ROLE_IN_CONTROLLER_MODE, 0)
 
     async def become_slave(self, controller_id: int, master_id: int, master_addr: str, epoch: int) -> None:
@@ -281,4 +302,21 @@ class BrokerReplication:
                               "pendingOffsets": self.metasync.pending_count, "fullSync": self.metasync.full_sync}
         if self.msync is not None:
             st["incrementalSync"] = self.msync.status()
+        if self.tiered is not None:
+            st["tiered"] = self.tiered.status()
         return st
+
+
+def tiered_service_of(broker: ReplicatedBroker) -> TieredService:
+    cfg = broker.cfg
+    backend = make_backend(cfg.tiered_backend_service_provider, path=cfg.tiered_store_file_path,
+                           cluster=cfg.broker_cluster_name, broker_name=cfg.broker_name,
+                           endpoint=cfg.object_store_endpoint, bucket=cfg.object_store_bucket,
+                           access_key=cfg.object_store_access_key, secret_key=cfg.object_store_secret_key,
+                           region=cfg.object_store_region)  # fmt: skip
+    tcfg = TierConfig(segment_size=cfg.mapped_file_size_commit_log, chunk_bytes=cfg.tiered_chunk_size,
+                      upload_interval_ms=cfg.tiered_upload_interval,
+                      reserved_hours=cfg.tiered_store_file_reserved_time, cache_bytes=cfg.tiered_read_cache_size,
+                      read_ahead=cfg.tiered_read_ahead_chunks, bootstrap_from_tier=cfg.tiered_bootstrap_from_tier,
+                      local_reserved_hours=cfg.file_reserved_time)  # fmt: skip
+    return TieredService(tcfg, broker.store, backend, (cfg.broker_ip1, cfg.listen_port), broker.log)

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 import orjson
 
+from brokerd.processors.tier_reads import answer_read
 from brokerd.remoting.codes import ResponseCode
 from brokerd.remoting.command import RemotingCommand
 from brokerd.remoting.connection import Connection
@@ -48,11 +49,13 @@ class OffsetProcessor:
             b.slave_sync.commit_offset(conn.remote_addr[0], group, topic, qid, off)
         return cmd.response()
 
-    def search_by_timestamp(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+    def search_by_timestamp(self, conn: Connection, cmd: RemotingCommand) -> object:
         topic, qid, ts = cmd.str_field("topic"), cmd.int_field("queueId"), cmd.int_field("timestamp")
         boundary = (cmd.ext.get("boundaryType") or "LOWER").upper()
-        off = self.broker.store.offset_by_timestamp(topic, qid, ts, "UPPER" if boundary == "UPPER" else "LOWER")
-        return cmd.response(ext={"offset": str(off)})
+        store = self.broker.store
+        return answer_read(store, lambda: store.offset_by_timestamp(topic, qid, ts, "UPPER" if boundary == "UPPER"
+                                                                    else "LOWER"),
+                           lambda off: cmd.response(ext={"offset": str(off)}))  # fmt: skip
 
     def max_offset(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         off = self.broker.store.max_offset_in_queue(cmd.str_field("topic"), cmd.int_field("queueId"))

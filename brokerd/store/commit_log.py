@@ -35,6 +35,7 @@ from brokerd.message import (
 )
 from brokerd.store.allocate import Allocator
 from brokerd.store.mapped_file import MappedFile, Warmer, file_name, parse_file_name, sync_all
+from brokerd.store.tier import TierView
 
 _SIZE_MAGIC: Final = struct.Struct(">ii")
 HEADER_REST: Final = HEADER_V4_AFTER_MAGIC
@@ -68,6 +69,7 @@ class CommitLog:
         self.dir_dirty = False
         self.allocator: Allocator | None = None
         self._alloc_pos = segment_size  # appends ending past this position ask for the next segment
+        self.tier: TierView | None = None  # reads below the local log fall back to it (tiered storage)
 
     # ------------------------------------------------------------ load / layout
 
@@ -206,10 +208,14 @@ class CommitLog:
 
     # ------------------------------------------------------------ reads
 
+    def _in_tier(self, phys: int) -> bool:
+        t = self.tier
+        return t is not None and phys < t.end and (not self.files or phys < self.files[0].base)
+
     def read(self, phys: int, size: int) -> bytes | None:
         f = self.file_for(phys)
         if f is None:
-            return None
+            return self.tier.read(phys, size) if self.tier is not None and self._in_tier(phys) else None
         pos = phys - f.base
         if size <= 0 or pos + size > f.wrote:
             return None
@@ -218,6 +224,12 @@ class CommitLog:
     def record_size_at(self, phys: int) -> int:
         """Size of the record at ``phys`` or -1 when none (blank, out of range, bad magic)."""
         f = self.file_for(phys)
+        if f is None and self.tier is not None and self._in_tier(phys):
+            head = self.tier.read(phys, 8)
+            if head is None:
+                return -1
+            size, magic = _SIZE_MAGIC.unpack_from(head, 0)
+            return int(size) if magic in (MAGIC_V1, MAGIC_V2) and size > 0 else -1
         if f is None or phys - f.base + 8 > f.wrote:
             return -1
         size, magic = _SIZE_MAGIC.unpack_from(f.mm, phys - f.base)
@@ -227,12 +239,18 @@ class CommitLog:
 
     def store_timestamp_at(self, phys: int, size: int) -> int:
         f = self.file_for(phys)
-        if f is None or phys - f.base + min(size, 80) > f.wrote:
+        buf: bytes | mmap.mmap | None
+        if f is None and self.tier is not None and self._in_tier(phys):
+            buf, pos = self.tier.read(phys, min(size, 80)), 0
+        elif f is None or phys - f.base + min(size, 80) > f.wrote:
             return -1
-        pos = phys - f.base
-        sysflag = struct.unpack_from(">i", f.mm, pos + 36)[0]
+        else:
+            buf, pos = f.mm, phys - f.base
+        if buf is None:
+            return -1
+        sysflag = struct.unpack_from(">i", buf, pos + 36)[0]
         ts_pos = pos + 48 + (20 if sysflag & BORNHOST_V6_FLAG else 8)
-        return int(_I64.unpack_from(f.mm, ts_pos)[0])
+        return int(_I64.unpack_from(buf, ts_pos)[0])
 
     def walk(self, start: int, limit: int) -> Iterator[tuple[int, MappedFile, int, int]]:
         """Yield (phys, file, file position, size) for complete records in [start, limit).

@@ -75,9 +75,12 @@ def clean_expired_files(store: MaintainedStore, *, force: bool, now_ms: int | No
         return 0
     reserved_ms = cfg.file_reserved_time_hours * 3_600_000
     log = store.commit_log
+    tier = log.tier
     victims = 0
     for f in log.files[:-1]:
         if f.end > store.dispatcher.dispatched or victims >= cfg.delete_file_batch_max:
+            break
+        if tier is not None and f.end > tier.end:  # tiered: only what the tier holds leaves the disk
             break
         ref = f.last_store_ts or int(os.stat(f.path).st_mtime * 1000)
         if not pressure and now - ref < reserved_ms:
@@ -86,11 +89,26 @@ def clean_expired_files(store: MaintainedStore, *, force: bool, now_ms: int | No
     if not victims:
         return 0
     deleted = log.delete_first(victims)
-    cq_files = store.queue_store.correct_min(log.min_offset)
-    idx_files = store.index.delete_below(log.min_offset) if store.index is not None else 0
+    cq_files, idx_files = correct_min_offsets(store, read_floor(store))
     store.log.info("expired_files_deleted", segments=deleted, consume_queue_files=cq_files, index_files=idx_files,
                    min_phy_offset=log.min_offset, pressure=pressure, forced=force)  # fmt: skip
     return deleted
+
+
+def read_floor(store: MaintainedStore) -> int:
+    """The lowest commit-log offset readers can still reach: the local log's, or the tier's below it."""
+    log = store.commit_log
+    tier = log.tier
+    if tier is not None and tier.end > tier.min_offset:
+        return min(log.min_offset, tier.min_offset)
+    return log.min_offset
+
+
+def correct_min_offsets(store: MaintainedStore, floor: int) -> tuple[int, int]:
+    """Consume-queue and index files that only point below ``floor`` go; returns how many of each."""
+    cq_files = store.queue_store.correct_min(floor)
+    idx_files = store.index.delete_below(floor) if store.index is not None else 0
+    return cq_files, idx_files
 
 
 def truncate_dirty_files(store: MaintainedStore, offset: int) -> None:

@@ -60,12 +60,13 @@ synchronous (queue offsets are assigned in call order); only flush waits suspend
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import structlog
 
@@ -101,6 +102,10 @@ from brokerd.store.results import (
     QueryMessageResult,
 )
 from brokerd.store.services import StoreServices
+from brokerd.store.tier import TierMiss, TierView
+
+_T = TypeVar("_T")
+_TIER_FETCHES = 64  # tier chunks one read may fetch before it gives up waiting (a pull reads at most a few)
 
 __all__ = [
     "MessageStore", "StoreConfig", "PutStatus", "PutMessageResult", "GetMessageStatus", "GetMessageResult",
@@ -139,6 +144,7 @@ class MessageStore:
         self._id_prefix = ipv4_bytes(store_host[0]).hex().upper() + f"{store_host[1] & 0xFFFFFFFF:08X}"
         self._sync_flush = cfg.sync_flush
         self._services: StoreServices | None = None
+        self._tier_nowait = False
         self._lock_fd: int | None = None
         self._good_topics: set[str] = set()
         self._max_body = cfg.max_message_size
@@ -415,9 +421,9 @@ class MessageStore:
     def get_message(self, topic: str, queue_id: int, offset: int, max_msg_nums: int, max_msg_bytes: int = 262144,
                     tag_filter: Callable[[int], bool] | None = None,
                     record_filter: Callable[[bytes], bool] | None = None) -> GetMessageResult:  # fmt: skip
-        return reader.get_message(self.commit_log, self.queue_store.get(topic, queue_id), self.cfg, offset,
-                                  max_msg_nums, max_msg_bytes, tag_filter, record_filter,
-                                  self.dispatcher.read_limit())  # fmt: skip
+        return self._tiered(reader.get_message, self.commit_log, self.queue_store.get(topic, queue_id), self.cfg,
+                            offset, max_msg_nums, max_msg_bytes, tag_filter, record_filter,
+                            self.dispatcher.read_limit())  # fmt: skip
 
     def max_offset_in_queue(self, topic: str, queue_id: int) -> int:
         """The next offset a consumer can see (with the confirm hold: of the confirmed records)."""
@@ -432,18 +438,18 @@ class MessageStore:
         return cq.min_offset if cq is not None else 0
 
     def offset_by_timestamp(self, topic: str, queue_id: int, timestamp_ms: int, boundary: str = "LOWER") -> int:
-        return reader.offset_by_timestamp(self.commit_log, self.queue_store.get(topic, queue_id), timestamp_ms,
-                                          boundary)  # fmt: skip
+        return self._tiered(reader.offset_by_timestamp, self.commit_log, self.queue_store.get(topic, queue_id),
+                            timestamp_ms, boundary)  # fmt: skip
 
     def message_store_timestamp(self, topic: str, queue_id: int, offset: int) -> int:
         cq = self.queue_store.get(topic, queue_id)
-        return reader.store_time_at(self.commit_log, cq, offset) if cq is not None else -1
+        return self._tiered(reader.store_time_at, self.commit_log, cq, offset) if cq is not None else -1
 
     def earliest_message_time(self, topic: str, queue_id: int) -> int:
         cq = self.queue_store.get(topic, queue_id)
         if cq is None or cq.min_offset >= cq.max_offset:
             return -1
-        return reader.store_time_at(self.commit_log, cq, cq.min_offset)
+        return self._tiered(reader.store_time_at, self.commit_log, cq, cq.min_offset)
 
     def read_range(self, offset: int, max_bytes: int) -> memoryview:
         """Raw commit-log bytes from ``offset`` (replication): at most ``max_bytes``, never past the segment holding
@@ -453,17 +459,79 @@ class MessageStore:
         return self.commit_log.read_range(offset, max_bytes)
 
     def look_message_by_offset(self, phys_offset: int) -> bytes | None:
-        size = self.commit_log.record_size_at(phys_offset)
-        return self.commit_log.read(phys_offset, size) if size > 0 else None
+        return self._tiered(self._look, phys_offset, -1)
 
     def look_message_by_offset_and_size(self, phys_offset: int, size: int) -> bytes | None:
-        if self.commit_log.record_size_at(phys_offset) != size:
+        return self._tiered(self._look, phys_offset, size)
+
+    def _look(self, phys_offset: int, size: int) -> bytes | None:
+        found = self.commit_log.record_size_at(phys_offset)
+        if found <= 0 or (size >= 0 and found != size):
             return None
-        return self.commit_log.read(phys_offset, size)
+        return self.commit_log.read(phys_offset, found)
 
     def query_message(self, topic: str, key: str, max_num: int, begin_ts: int, end_ts: int) -> QueryMessageResult:
-        return reader.query_message(self.commit_log, self.index, topic, key, max_num, begin_ts, end_ts,
-                                    self.dispatcher.read_limit())
+        return self._tiered(reader.query_message, self.commit_log, self.index, topic, key, max_num, begin_ts, end_ts,
+                            self.dispatcher.read_limit())
+
+    # ================================================================ tiered storage (brokerd.tiered)
+
+    def attach_tier(self, tier: TierView | None) -> None:
+        """Reads below the local log fall back to ``tier``; local expiry keeps what the tier does not hold yet, and
+        consume queues / index are kept down to the tier's floor."""
+        self.commit_log.tier = tier
+
+    def _tiered(self, fn: Callable[..., _T], *args: Any) -> _T:
+        for _ in range(_TIER_FETCHES):
+            try:
+                return fn(*args)
+            except TierMiss as miss:
+                if self._tier_nowait:
+                    raise
+                miss.fetch_blocking()
+        return fn(*args)
+
+    @contextlib.contextmanager
+    def tier_nowait(self) -> Iterator[None]:
+        """Inside: a read that needs an uncached tier chunk raises ``TierMiss`` instead of fetching it (blocking)."""
+        prev, self._tier_nowait = self._tier_nowait, True
+        try:
+            yield
+        finally:
+            self._tier_nowait = prev
+
+    async def read_async(self, fn: Callable[..., _T], *args: Any) -> _T:
+        """``fn(*args)`` (one of the read methods above), fetching uncached tier chunks off the event loop."""
+        for _ in range(_TIER_FETCHES):
+            try:
+                with self.tier_nowait():
+                    return fn(*args)
+            except TierMiss as miss:
+                await miss.fetch()
+        return fn(*args)
+
+    def correct_min_offsets(self) -> tuple[int, int]:
+        """Consume-queue and index files pointing only below what readers can reach (local log or tier) go."""
+        return maintenance.correct_min_offsets(self, maintenance.read_floor(self))
+
+    def segment_bounds(self) -> list[tuple[int, int]]:
+        """(base, written end) of each local commit-log segment, oldest first."""
+        return [(f.base, f.base + f.wrote) for f in self.commit_log.files]
+
+    def last_boundary(self, start: int, limit: int) -> tuple[int, int]:
+        """(end of the last complete record in [start, limit) read from ``start``, its store timestamp); (start, 0)
+        when none. ``start`` must be a record boundary."""
+        end, ts = start, 0
+        for phys, _f, _pos, size in self.commit_log.walk(start, limit):
+            if size < 0:
+                break
+            end = phys + size
+            ts = self.commit_log.store_timestamp_at(phys, size)
+        return end, ts
+
+    def read_raw(self, start: int, end: int) -> bytes:
+        """Local commit-log bytes [start, end) (one segment at most per call is fastest)."""
+        return self.commit_log.read_raw(start, end)
 
     def topics(self) -> list[str]:
         return self.queue_store.topics()

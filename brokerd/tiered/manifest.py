@@ -1,0 +1,193 @@
+"""The tier's metadata, pure: a chain of immutable manifest versions per broker set (``manifest/<version>``), each
+the whole state: the master epoch that wrote it, the uploaded chunks of the commit log, the epoch history covering
+them, and the tier's own retention floor.
+
+Fencing (compare-and-swap): version ``v + 1`` is created only if absent (``TierBackend.create_exclusive``), and a
+writer at epoch ``E`` writes only on top of a version whose epoch is ``<= E``. A master claims the chain at
+promotion (it writes a version with its epoch before uploading anything), so from then on a deposed master finds a
+higher epoch on top and stops: two brokers can never both extend the tier of one broker set.
+
+Chunks are contiguous ``[start, end)`` ranges of the commit log, each inside one segment and ending at a record
+boundary or the segment end, each at or below the confirm offset when uploaded; objects ``log/<start>-<end>``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import zlib
+from dataclasses import dataclass, field, replace
+from typing import Any, Final
+
+import msgpack
+
+FORMAT: Final = 1
+MANIFEST_PREFIX: Final = "manifest/"
+LOG_PREFIX: Final = "log/"
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    start: int
+    end: int
+    crc: int  # zlib.crc32 of the bytes
+    last_store_ts: int  # store timestamp of the chunk's last record (0: unknown)
+
+    @property
+    def name(self) -> str:
+        return chunk_name(self.start, self.end)
+
+
+def chunk_name(start: int, end: int) -> str:
+    return f"{LOG_PREFIX}{start:020d}-{end:020d}"
+
+
+def manifest_name(version: int) -> str:
+    return f"{MANIFEST_PREFIX}{version:020d}"
+
+
+def version_of(name: str) -> int:
+    return int(name[len(MANIFEST_PREFIX):])
+
+
+def crc_of(data: bytes | memoryview) -> int:
+    return zlib.crc32(data) & 0xFFFFFFFF
+
+
+@dataclass(frozen=True, slots=True)
+class Manifest:
+    version: int = 0  # 0: the empty tier (nothing written yet)
+    epoch: int = 0
+    broker_id: int = -1
+    chunks: tuple[Chunk, ...] = ()
+    epochs: tuple[tuple[int, int], ...] = ()  # (epoch, start offset) entries of the log up to ``end``
+    created_ms: int = 0
+    starts: tuple[int, ...] = field(default=(), compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "starts", tuple(c.start for c in self.chunks))
+
+    @property
+    def end(self) -> int:
+        """Everything below is in the tier (uploaded; the breakpoint an upload resumes from)."""
+        return self.chunks[-1].end if self.chunks else 0
+
+    @property
+    def min_offset(self) -> int:
+        return self.chunks[0].start if self.chunks else 0
+
+    def chunk_at(self, phys: int) -> Chunk | None:
+        i = bisect.bisect_right(self.starts, phys) - 1
+        if i < 0:
+            return None
+        c = self.chunks[i]
+        return c if phys < c.end else None
+
+    def encode(self) -> bytes:
+        body = [FORMAT, self.version, self.epoch, self.broker_id,
+                [[c.start, c.end, c.crc, c.last_store_ts] for c in self.chunks],
+                [list(e) for e in self.epochs], self.created_ms]  # fmt: skip
+        out: bytes = msgpack.packb(body, use_bin_type=True)
+        return out
+
+    @classmethod
+    def decode(cls, data: bytes) -> Manifest:
+        try:
+            body = msgpack.unpackb(data, raw=False)
+        except Exception as exc:  # msgpack raises several unrelated exception types
+            raise ValueError(f"tier manifest is not valid msgpack: {exc}") from exc
+        if not isinstance(body, list) or len(body) != 7 or body[0] != FORMAT:
+            raise ValueError("tier manifest: unknown layout or format")
+        _, version, epoch, broker_id, chunks, epochs, created = body
+        m = cls(version, epoch, broker_id, tuple(Chunk(*c) for c in chunks), tuple((e, s) for e, s in epochs),
+                created)  # fmt: skip
+        m.validate()
+        return m
+
+    def validate(self) -> None:
+        prev = None
+        for c in self.chunks:
+            if c.end <= c.start or (prev is not None and c.start != prev.end):
+                raise ValueError(f"tier manifest {self.version}: chunks not contiguous at {c.start}")
+            prev = c
+
+    # ------------------------------------------------------------------ transitions (pure)
+
+    def claimed(self, epoch: int, broker_id: int, epochs: list[tuple[int, int]], now_ms: int) -> Manifest:
+        """The next version, written by a new master to fence older ones before it uploads."""
+        if epoch < self.epoch:
+            raise Fenced(self.epoch, epoch)
+        return replace(self, version=self.version + 1, epoch=epoch, broker_id=broker_id,
+                       epochs=tuple(_epochs_below(epochs, self.end)), created_ms=now_ms)  # fmt: skip
+
+    def appended(self, chunk: Chunk, epoch: int, epochs: list[tuple[int, int]], now_ms: int) -> Manifest:
+        if epoch < self.epoch:
+            raise Fenced(self.epoch, epoch)
+        if chunk.start != self.end and self.chunks:
+            raise ValueError(f"chunk at {chunk.start} does not continue the tier at {self.end}")
+        return replace(self, version=self.version + 1, epoch=epoch, chunks=(*self.chunks, chunk),
+                       epochs=tuple(_epochs_below(epochs, chunk.end)), created_ms=now_ms)  # fmt: skip
+
+    def trimmed(self, keep_from: int, epoch: int, now_ms: int) -> Manifest:
+        """The tier's own retention: drop whole chunks ending at or below ``keep_from``."""
+        if epoch < self.epoch:
+            raise Fenced(self.epoch, epoch)
+        return replace(self, version=self.version + 1, epoch=epoch,
+                       chunks=tuple(c for c in self.chunks if c.end > keep_from), created_ms=now_ms)  # fmt: skip
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"version": self.version, "epoch": self.epoch, "brokerId": self.broker_id, "minOffset": self.min_offset,
+                "end": self.end, "chunks": len(self.chunks), "createdMs": self.created_ms}  # fmt: skip
+
+
+class Fenced(Exception):
+    """A higher master epoch owns the tier."""
+
+    def __init__(self, owner_epoch: int, epoch: int) -> None:
+        super().__init__(f"tier owned by epoch {owner_epoch}, this broker is at epoch {epoch}")
+        self.owner_epoch = owner_epoch
+        self.epoch = epoch
+
+
+def _epochs_below(epochs: list[tuple[int, int]], end: int) -> list[tuple[int, int]]:
+    return [(e, s) for e, s in epochs if s < end] or epochs[:1]
+
+
+def epoch_at(epochs: tuple[tuple[int, int], ...] | list[tuple[int, int]], offset: int) -> int:
+    """The epoch that wrote the byte at ``offset`` (-1: none known)."""
+    out = -1
+    for e, s in epochs:
+        if s <= offset:
+            out = e
+    return out
+
+
+def verify_against_log(m: Manifest, log_epochs: list[tuple[int, int]], log_min: int, log_max: int) -> str | None:
+    """Why a new master cannot resume this tier with its log (None: it can, at ``m.end``).
+
+    The tier never holds anything past a confirm offset, so an elected master holds it all: its log reaches the
+    tier's end and its epoch history agrees with the tier's for the last uploaded byte."""
+    if not m.chunks:
+        return None
+    if log_max < m.end:
+        return f"tier ends at {m.end} beyond this log's end {log_max}"
+    last = m.end - 1
+    if last >= log_min and m.epochs and epoch_at(m.epochs, last) != epoch_at(log_epochs, last):
+        return (f"epoch of offset {last}: tier {epoch_at(m.epochs, last)}, "
+                f"log {epoch_at(log_epochs, last)}")  # fmt: skip
+    return None
+
+
+def plan_chunk(uploaded_end: int, confirm: int, segment_size: int, chunk_bytes: int) -> tuple[int, bool]:
+    """Where the next chunk from ``uploaded_end`` ends: (limit, exact). (0, _): nothing to upload yet.
+
+    A chunk never crosses a segment and never passes the confirm offset. A segment whose bytes are all confirmed
+    (the log moved on) ends its last chunk at the segment end, blank marker included (exact=True); otherwise a
+    chunk is cut once ``chunk_bytes`` are confirmed, at the last record boundary at or below the limit
+    (exact=False: the caller rounds down to that boundary)."""
+    seg_end = uploaded_end - uploaded_end % segment_size + segment_size
+    if confirm >= seg_end and seg_end - uploaded_end <= chunk_bytes:
+        return seg_end, True
+    limit = uploaded_end + chunk_bytes
+    if confirm >= limit and limit <= seg_end:
+        return limit, False
+    return 0, False

@@ -1,0 +1,368 @@
+"""Tiered storage of one broker under HA (docs/tiered.md): the asyncio driver around the pure manifest logic.
+
+Master: claims the tier at promotion (a manifest version with its epoch, after checking the tier against its own
+log and epochs), then uploads chunks from the breakpoint (``manifest.end``), never past the confirm offset, each
+chunk object before the manifest version that lists it; after each version it writes the manifest on
+``RMQ_SYS_TIERED_SYNC`` so slaves know the tier's progress from their replicated log. A version it cannot create
+because a higher epoch wrote one means it was deposed: uploading stops. Slave: uploads nothing, follows the
+replicated manifest records (its reads and local expiry use them); an empty slave first fetches the tier's chunks
+(from the tier, not from its master) and then replicates only the rest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Final, Protocol
+
+import structlog
+
+from brokerd.message import MessageInner, decode_records
+from brokerd.store.results import GetMessageResult, PutMessageResult, PutStatus
+from brokerd.store.tier import TierView
+from brokerd.tiered.backend import TierBackend
+from brokerd.tiered.config import TierConfig
+from brokerd.tiered.manifest import (
+    MANIFEST_PREFIX,
+    Chunk,
+    Fenced,
+    Manifest,
+    crc_of,
+    manifest_name,
+    plan_chunk,
+    verify_against_log,
+    version_of,
+)
+from brokerd.tiered.reader import TierReader
+
+TIER_SYNC_TOPIC: Final = "RMQ_SYS_TIERED_SYNC"
+
+
+class EpochLike(Protocol):
+    @property
+    def epoch(self) -> int: ...
+
+    @property
+    def start_offset(self) -> int: ...
+
+
+class TieredStore(Protocol):
+    """What the tiered service uses of ``brokerd.store.message_store.MessageStore``."""
+
+    @property
+    def confirm_offset(self) -> int: ...
+
+    @property
+    def max_phy_offset(self) -> int: ...
+
+    @property
+    def min_phy_offset(self) -> int: ...
+
+    def segment_bounds(self) -> list[tuple[int, int]]: ...
+
+    def last_boundary(self, start: int, limit: int) -> tuple[int, int]: ...
+
+    def read_raw(self, start: int, end: int) -> bytes: ...
+
+    def epoch_entries(self) -> list[Any]: ...
+
+    def append_epoch(self, epoch: int, start_offset: int) -> bool: ...
+
+    def append_raw(self, offset: int, data: bytes | memoryview) -> int: ...
+
+    def append_message(self, msg: MessageInner) -> PutMessageResult: ...
+
+    def attach_tier(self, tier: TierView | None) -> None: ...
+
+    def correct_min_offsets(self) -> tuple[int, int]: ...
+
+    def get_message(self, topic: str, queue_id: int, offset: int, max_msg_nums: int,
+                    max_msg_bytes: int = ...) -> GetMessageResult: ...  # fmt: skip
+
+    def max_offset_in_queue(self, topic: str, queue_id: int) -> int: ...
+
+    def add_dispatch_listener(self, cb: Any) -> None: ...
+
+    def remove_dispatch_listener(self, cb: Any) -> None: ...
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class TieredService:
+    def __init__(self, cfg: TierConfig, store: TieredStore, backend: TierBackend, host: tuple[str, int],
+                 log: Any = None) -> None:  # fmt: skip
+        self.cfg = cfg
+        self.store = store
+        self.backend = backend
+        self.host = host
+        self.log = (log if log is not None else structlog.get_logger("tiered")).bind(component="tiered")
+        self.reader = TierReader(backend, cache_bytes=cfg.cache_bytes, read_ahead=cfg.read_ahead, log=self.log)
+        store.attach_tier(self.reader)  # before any expiry: nothing leaves the disk the tier does not hold
+        self.role = "NONE"
+        self.epoch = 0
+        self.broker_id = -1
+        self.fenced: str | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+        self.uploaded_chunks = self.uploaded_bytes = 0
+        self.upload_seconds = 0.0
+        self.records_applied = 0
+        self.bootstrapped_bytes = 0
+        self.bootstrap_seconds = 0.0
+        self.trimmed_chunks = 0
+        self.last_error: str | None = None
+
+    @property
+    def manifest(self) -> Manifest:
+        return self.reader.manifest
+
+    # ------------------------------------------------------------------ roles
+
+    def on_master(self, epoch: int, broker_id: int) -> None:
+        self._stop_following()
+        self._cancel()
+        self.role, self.epoch, self.broker_id, self.fenced = "MASTER", epoch, broker_id, None
+        self._task = asyncio.get_running_loop().create_task(self._master_loop())
+
+    def on_slave(self) -> None:
+        """Stop uploading at once (a deposed master must not write the tier); follow the replicated manifest."""
+        self._cancel()
+        if self.role != "SLAVE":
+            self.role = "SLAVE"
+            self.store.add_dispatch_listener(self._on_dispatched)
+        self._apply_latest_record()
+
+    async def stop(self) -> None:
+        self._stop_following()
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        self.role = "NONE"
+        await self.reader.close()
+
+    def _cancel(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+
+    def _stop_following(self) -> None:
+        if self.role == "SLAVE":
+            self.store.remove_dispatch_listener(self._on_dispatched)
+
+    # ------------------------------------------------------------------ manifest chain
+
+    def _latest(self) -> Manifest:
+        """The newest manifest version in the tier (blocking; run in a thread)."""
+        names = self.backend.list(MANIFEST_PREFIX)
+        for name in reversed(names):
+            try:
+                return Manifest.decode(self.backend.get(name))
+            except (OSError, ValueError) as exc:  # a torn or foreign object: the previous version counts
+                self.log.warning("tier_manifest_unreadable", name=name, error=str(exc))
+        return Manifest()
+
+    def _commit(self, m: Manifest) -> bool:
+        return self.backend.create_exclusive(manifest_name(m.version), m.encode())
+
+    def _log_epochs(self) -> list[tuple[int, int]]:
+        return [(e.epoch, e.start_offset) for e in self.store.epoch_entries()]
+
+    async def _claim(self) -> bool:
+        """Take the tier for this epoch: read, verify against the log, write a version with our epoch."""
+        while True:
+            latest = await asyncio.to_thread(self._latest)
+            self.reader.update(latest)
+            why = verify_against_log(latest, self._log_epochs(), self.store.min_phy_offset, self.store.max_phy_offset)
+            if why is not None:
+                self._fence(f"tier does not match this log: {why}")
+                return False
+            try:
+                claim = latest.claimed(self.epoch, self.broker_id, self._log_epochs(), _now_ms())
+            except Fenced as exc:
+                self._fence(str(exc))
+                return False
+            if await asyncio.to_thread(self._commit, claim):
+                self._adopt(claim)
+                self.log.info("tier_claimed", version=claim.version, epoch=self.epoch, resume_at=claim.end,
+                              chunks=len(claim.chunks))  # fmt: skip
+                return True
+
+    def _fence(self, why: str) -> None:
+        self.fenced = why
+        self.log.warning("tier_upload_fenced", reason=why, epoch=self.epoch)
+
+    def _adopt(self, m: Manifest) -> None:
+        """A version is committed: readers see it, and slaves learn it from the replicated record."""
+        self.reader.update(m)
+        body = m.encode()
+        msg = MessageInner(topic=TIER_SYNC_TOPIC, queue_id=0, body=body, flag=0, properties={}, sys_flag=0,
+                           born_timestamp=_now_ms(), born_host=self.host, store_host=self.host)  # fmt: skip
+        res = self.store.append_message(msg)
+        if res.status is not PutStatus.PUT_OK:
+            self.log.warning("tier_record_not_written", status=res.status.name, version=m.version)
+
+    # ------------------------------------------------------------------ master: uploads
+
+    async def _master_loop(self) -> None:
+        try:
+            if not await self._claim():
+                return
+            while self.role == "MASTER":
+                try:
+                    progressed = await self._upload_next()
+                    await self._trim()
+                except Fenced as exc:
+                    self._fence(str(exc))
+                    return
+                except (OSError, ValueError) as exc:  # backend trouble: retry at the next interval
+                    self.last_error = str(exc)
+                    self.log.warning("tier_upload_failed", error=str(exc))
+                    progressed = False
+                if not progressed:
+                    await asyncio.sleep(self.cfg.upload_interval_ms / 1000)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a bug here must not take the broker down; it is logged
+            self.last_error = repr(exc)
+            self.log.error("tier_master_loop_crashed", error=repr(exc))
+
+    def _next_chunk_range(self) -> tuple[int, int, int] | None:
+        """(start, end, last store ts) of the next chunk to upload, or None."""
+        m = self.manifest
+        segments = self.store.segment_bounds()
+        if not segments:
+            return None
+        start = m.end if m.chunks else segments[0][0]
+        if start < segments[0][0]:
+            self._fence(f"tier ends at {start} but the local log starts at {segments[0][0]}: a gap")
+            self.role = "FENCED"
+            return None
+        confirm = min(self.store.confirm_offset, self.store.max_phy_offset)
+        limit, exact = plan_chunk(start, confirm, self.cfg.segment_size, self.cfg.chunk_bytes)
+        if not limit:
+            return None
+        end, ts = self.store.last_boundary(start, limit)
+        if exact:
+            end = limit  # the segment's end: the blank marker after the last record goes too
+        return (start, end, ts) if end > start else None
+
+    async def _upload_next(self) -> bool:
+        nxt = self._next_chunk_range()
+        if nxt is None:
+            return False
+        start, end, ts = nxt
+        data = bytes(self.store.read_raw(start, end))
+        chunk = Chunk(start, end, crc_of(data), ts)
+        t0 = time.perf_counter()
+        await asyncio.to_thread(self.backend.put, chunk.name, data)
+        if self.role != "MASTER":
+            return False
+        m = self.manifest.appended(chunk, self.epoch, self._log_epochs(), _now_ms())
+        if not await asyncio.to_thread(self._commit, m):
+            # someone wrote this version: a higher epoch deposed us, or a deposed master's last write slipped in
+            latest = await asyncio.to_thread(self._latest)
+            if latest.epoch > self.epoch:
+                raise Fenced(latest.epoch, self.epoch)
+            self.reader.update(latest)
+            return True
+        self.upload_seconds += time.perf_counter() - t0
+        self.uploaded_chunks += 1
+        self.uploaded_bytes += len(data)
+        self._adopt(m)
+        return True
+
+    async def _trim(self) -> None:
+        """The tier's own retention: chunks older than ``reserved_hours`` leave the tier (whole, oldest first)."""
+        m = self.manifest
+        cutoff = _now_ms() - int(self.cfg.reserved_hours * 3_600_000)
+        old = [c for c in m.chunks[:-1] if 0 < c.last_store_ts < cutoff]
+        if old and old[0] is m.chunks[0]:
+            keep_from = old[-1].end
+            trimmed = m.trimmed(keep_from, self.epoch, _now_ms())
+            if not await asyncio.to_thread(self._commit, trimmed):
+                return
+            self._adopt(trimmed)
+            self.store.correct_min_offsets()
+            for c in old:
+                await asyncio.to_thread(self.backend.delete, c.name)
+            self.trimmed_chunks += len(old)
+            self.log.info("tier_chunks_expired", chunks=len(old), min_offset=trimmed.min_offset)
+        await asyncio.to_thread(self._gc_versions, m.version)
+
+    def _gc_versions(self, current: int) -> None:
+        for name in self.backend.list(MANIFEST_PREFIX):
+            if version_of(name) < current - self.cfg.keep_manifest_versions:
+                self.backend.delete(name)
+
+    # ------------------------------------------------------------------ slave: following
+
+    def _on_dispatched(self, topic: str, queue_id: int, queue_offset: int, tags: int) -> None:
+        if topic == TIER_SYNC_TOPIC and self.role == "SLAVE":
+            self._apply_latest_record()
+
+    def _apply_latest_record(self) -> None:
+        last = self.store.max_offset_in_queue(TIER_SYNC_TOPIC, 0) - 1
+        if last < 0:
+            return
+        res = self.store.get_message(TIER_SYNC_TOPIC, 0, last, 1, 16 * 1024 * 1024)
+        for buf in res.buffers:
+            for msg in decode_records(bytes(buf)):
+                try:
+                    m = Manifest.decode(msg.body)
+                except ValueError as exc:
+                    self.log.error("tier_record_unreadable", error=str(exc))
+                    continue
+                if m.version > self.manifest.version:
+                    self.reader.update(m)
+                    self.records_applied += 1
+                    self.store.correct_min_offsets()
+
+    # ------------------------------------------------------------------ empty slave bootstrap
+
+    async def bootstrap_from_tier_if_empty(self) -> int:
+        """An empty store fetches what the tier holds (within local retention) before replication starts; returns
+        the bytes fetched. The tier never holds anything past a confirm offset, so the master's log agrees."""
+        if not self.cfg.bootstrap_from_tier or self.store.max_phy_offset > 0 or self.store.segment_bounds():
+            return 0
+        m = await asyncio.to_thread(self._latest)
+        if not m.chunks:
+            return 0
+        cutoff = _now_ms() - int(self.cfg.local_reserved_hours * 3_600_000)
+        first = next((i for i, c in enumerate(m.chunks)
+                      if c.start % self.cfg.segment_size == 0 and c.last_store_ts >= cutoff), None)  # fmt: skip
+        if first is None:
+            return 0
+        t0 = time.perf_counter()
+        start = m.chunks[first].start
+        before = [(e, s) for e, s in m.epochs if s <= start]
+        for e, s in before[-1:] + [(e, s) for e, s in m.epochs if s > start]:
+            self.store.append_epoch(e, s)
+        self.reader.update(m)
+        total = 0
+        pending = asyncio.get_running_loop().run_in_executor(None, self.backend.get, m.chunks[first].name)
+        for i in range(first, len(m.chunks)):
+            c = m.chunks[i]
+            data = await pending
+            if i + 1 < len(m.chunks):  # the next chunk downloads while this one is written and dispatched
+                pending = asyncio.get_running_loop().run_in_executor(None, self.backend.get, m.chunks[i + 1].name)
+            if len(data) != c.end - c.start or crc_of(data) != c.crc:
+                raise OSError(f"tier chunk {c.name} does not match the manifest")
+            self.store.append_raw(c.start, data)
+            total += len(data)
+            await asyncio.sleep(0)
+        self.bootstrapped_bytes = total
+        self.bootstrap_seconds = time.perf_counter() - t0
+        self.log.info("tier_bootstrap_done", bytes=total, chunks=len(m.chunks) - first, start=start, end=m.end,
+                      seconds=round(self.bootstrap_seconds, 3))  # fmt: skip
+        return total
+
+    def status(self) -> dict[str, Any]:
+        return {"role": self.role, "epoch": self.epoch, "fenced": self.fenced, "manifest": self.manifest.to_dict(),
+                "uploadedChunks": self.uploaded_chunks, "uploadedBytes": self.uploaded_bytes,
+                "uploadSeconds": round(self.upload_seconds, 3), "recordsApplied": self.records_applied,
+                "bootstrappedBytes": self.bootstrapped_bytes, "bootstrapSeconds": round(self.bootstrap_seconds, 3),
+                "trimmedChunks": self.trimmed_chunks, "lastError": self.last_error,
+                "reader": self.reader.stats()}  # fmt: skip
