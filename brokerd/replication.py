@@ -283,14 +283,21 @@ class BrokerReplication:
                                                          "masterFlushOffset": str(self.broker.store.flushed_offset)})
 
     def sync_counters(self) -> dict[str, int]:
-        """Incremental metadata sync counters for GET_BROKER_RUNTIME_INFO (empty when it is off)."""
-        if self.msync is None:
-            return {}
-        journal = self.msync.journal
-        return {"metadataRecordsWritten": journal.records_total if journal is not None else 0,
-                "metadataRecordBytesWritten": journal.bytes if journal is not None else 0,
-                "metadataRecordsApplied": self.msync.follower.applied,
-                "metadataSnapshotsInstalled": self.msync.follower.bootstraps}  # fmt: skip
+        """Incremental metadata sync and tiered storage counters for GET_BROKER_RUNTIME_INFO (when they are on)."""
+        out: dict[str, int] = {}
+        if self.msync is not None:
+            journal = self.msync.journal
+            out.update({"metadataRecordsWritten": journal.records_total if journal is not None else 0,
+                        "metadataRecordBytesWritten": journal.bytes if journal is not None else 0,
+                        "metadataRecordsApplied": self.msync.follower.applied,
+                        "metadataSnapshotsInstalled": self.msync.follower.bootstraps})  # fmt: skip
+        if self.tiered is not None:
+            t, m = self.tiered, self.tiered.manifest
+            out.update({"tieredVersion": m.version, "tieredEpoch": m.epoch, "tieredMinOffset": m.min_offset,
+                        "tieredEnd": m.end, "tieredUploadedBytes": t.uploaded_bytes,
+                        "tieredBootstrappedBytes": t.bootstrapped_bytes, "tieredFenced": int(t.fenced is not None),
+                        "tieredReadFetches": t.reader.fetches})  # fmt: skip
+        return out
 
     def status(self) -> dict[str, Any]:
         st = self.ha.status()
