@@ -74,3 +74,99 @@ def test_old_data_is_consumed_from_the_tier_byte_identical(tmp_path: pathlib.Pat
             assert status  # the broker answers runtime info with the tier attached
         finally:
             cluster.stop()
+
+
+def runtime(addr: str) -> dict[str, str]:
+    table: dict[str, str] = orjson.loads(rpc(addr, 28).body)["table"]
+    return table
+
+
+def segment_bytes(store: pathlib.Path, start: int, end: int) -> bytes:
+    """Bytes [start, end) of a broker's local commit log, read from its segment file (one segment)."""
+    base = start - start % SEGMENT
+    with open(store / "commitlog" / f"{base:020d}", "rb") as f:
+        f.seek(start - base)
+        return f.read(end - start)
+
+
+@pytest.mark.parametrize("kind", ["posix", "s3"])
+def test_failover_resume_fencing_and_empty_slave_bootstrap(tmp_path: pathlib.Path, kind: str) -> None:
+    """One broker set on two containers with a controller group: the master uploads; SIGKILLed mid-upload, its
+    slave is elected, claims the tier with its epoch and resumes at the breakpoint (no gap, no duplicate, the tier
+    equals the new master's log byte for byte); the old master returns as a slave and never writes the tier; its
+    disk wiped, it bootstraps from the tier (not from the master) and serves the whole range."""
+    from tests.ha_cluster import HACluster
+
+    send = {"a": "pg", "b": "T_tier", "c": "TBW102", "d": "4", "e": "0", "f": "0", "g": "0", "h": "0"}
+    with tier_conf(kind, tmp_path) as tier:
+        extra = {**SMALL_SEGMENTS, **tier, "diskSpaceCleanForciblyRatio": 0.99}
+        cl = HACluster(tmp_path, containers=2, replicas=2, sets=1, broker_extra=extra)
+        try:
+            cl.start()
+            old = cl.master_of("broker-a")
+            assert old is not None
+            body = b"y" * 900
+            for i in range(300):
+                assert rpc(old, 310, {**send, "e": str(i % 4)}, body + b"%05d" % i).code == 0
+            backend = backend_of(tier, "DefaultCluster", "broker-a")
+            wait_for(lambda: latest_manifest(backend).end >= 3 * SEGMENT, 30, "the master's uploads")
+            slave = next(cl.broker_addr("broker-a", c) for c in range(2) if cl.broker_addr("broker-a", c) != old)
+            wait_for(lambda: int(runtime(slave)["tieredEnd"]) >= 3 * SEGMENT, 30,
+                     "the slave knows the tier's progress from its replicated log")  # fmt: skip
+            for i in range(300, 400):  # more to upload: the kill lands while uploads go on
+                assert rpc(old, 310, {**send, "e": str(i % 4)}, body + b"%05d" % i).code == 0
+            old_c = cl.container_of(old)
+            cl.kill_container(old_c)
+            new = cl.wait_master("broker-a", not_addr=old, timeout=30)
+            before = latest_manifest(backend)
+            wait_for(lambda: latest_manifest(backend).epoch > before.epoch or latest_manifest(backend).epoch
+                     == int(runtime(new)["masterEpoch"]), 30, "the new master's claim")  # fmt: skip
+            for i in range(400, 700):
+                assert rpc(new, 310, {**send, "e": str(i % 4)}, body + b"%05d" % i).code == 0
+            wait_for(lambda: latest_manifest(backend).end >= 9 * SEGMENT, 30, "the new master's uploads")
+            new_store = tmp_path / f"c{cl.container_of(new)}" / "broker-a"
+            m = latest_manifest(backend)
+            assert m.min_offset == 0 and all(a.end == b.start for a, b in zip(m.chunks, m.chunks[1:], strict=False))
+            for c in m.chunks:
+                assert backend.get(c.name) == segment_bytes(new_store, c.start, c.end), c.name
+            claim_version = min(v.version for v in map(Manifest.decode, (backend.get(n) for n in
+                                backend.list(MANIFEST_PREFIX))) if v.epoch == m.epoch)  # fmt: skip
+
+            # the old master comes back: a slave now, it never writes the tier
+            cl.start_container(old_c)
+            wait_for(lambda: runtime(old).get("brokerRole") == "SLAVE", 60, "the old master rejoined as a slave")
+            for i in range(700, 800):
+                assert rpc(new, 310, {**send, "e": str(i % 4)}, body + b"%05d" % i).code == 0
+            wait_for(lambda: int(runtime(old)["tieredEnd"]) == latest_manifest(backend).end, 30, "slave follows")
+            versions = [Manifest.decode(backend.get(n)) for n in backend.list(MANIFEST_PREFIX)]
+            assert all(v.epoch == m.epoch for v in versions if v.version >= claim_version)
+            assert runtime(old)["tieredUploadedBytes"] == "0"
+
+            # its disk wiped, it bootstraps from the tier and replicates only the rest from the master
+            cl.kill_container(old_c)
+            import shutil
+
+            shutil.rmtree(tmp_path / f"c{old_c}" / "broker-a")
+            tier_end = latest_manifest(backend).end
+            cl.start_container(old_c)
+            wait_for(lambda: runtime(old).get("commitLogMaxOffset") == runtime(new).get("commitLogMaxOffset"), 60,
+                     "the wiped slave caught up")  # fmt: skip
+            assert int(runtime(old)["tieredBootstrappedBytes"]) >= tier_end
+            for q in range(4):
+                assert read_all(old, "T_tier", q) == read_all(new, "T_tier", q)
+            assert sum(len(read_all(old, "T_tier", q)) for q in range(4)) == 800
+        finally:
+            cl.stop()
+
+
+def read_all(addr: str, topic: str, qid: int) -> list[bytes]:
+    from brokerd.message import decode_records
+
+    out: list[bytes] = []
+    while True:
+        r = rpc(addr, 11, {"consumerGroup": "G_tier", "topic": topic, "queueId": str(qid),
+                           "queueOffset": str(len(out)), "maxMsgNums": "32", "sysFlag": "4", "commitOffset": "0",
+                           "suspendTimeoutMillis": "0", "subscription": "*", "subVersion": "0"})  # fmt: skip
+        if r.code != 0:
+            return out
+        out += [msg.body for msg in decode_records(r.body)]

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import realclient, report
+from . import realclient, report, tier_check
 from .checkers import CheckSettings, check_all
 from .controller_workload import ControllerWorkload, SyncStateSetModel
 from .deployments import ControllerGroup, Deployment, make_deployment
@@ -113,12 +113,14 @@ async def _run(spec: RunSpec, out: Path, log: Any) -> dict[str, Any]:
     net = make_network(spec.net, spec.seed)
     h = History()
     nem: Nemesis | None = None
+    dep_stores: dict[str, list[Path]] = {}
     wall = time.time()
     error = None
     try:
         dep = make_deployment(spec.deployment, out / "deploy", net, flush=spec.flush, powerloss=powerloss,
                               tmpfs_mb=spec.tmpfs_mb, broker_extra=spec.broker_extra)
         h.brokers = dep.topology()
+        dep_stores = stores_of(dep)
         h.controllers = [n for n, node in dep.nodes.items() if node.kind == "controller"]
         try:
             dep.start()
@@ -137,10 +139,22 @@ async def _run(spec: RunSpec, out: Path, log: Any) -> dict[str, Any]:
     settings = check_settings(spec)
     model = SyncStateSetModel() if controller_clients(spec) else None
     checks = check_all(h, settings, model=model)
+    if tier_check.tiered(spec.broker_extra) and dep_stores:
+        tc = tier_check.tier_consistent(dep_stores, spec.broker_extra, "ChaosCluster")
+        checks["checks"]["tier_consistent"] = tc
+        checks["ok"] = checks["ok"] and tc["ok"]
     return {"spec": spec.to_json(), "started": wall, "ok": checks["ok"] and error is None, "error": error,
             "summary": summarize(h),
             "checks": checks["checks"], "skipped_faults": nem.skipped if nem else [],
             "power_loss_restores": nem.restores if nem else [], "history": h.to_json()}
+
+
+def stores_of(dep: Deployment) -> dict[str, list[Path]]:
+    """Per broker set, the store directories of its replicas (HA deployments)."""
+    out: dict[str, list[Path]] = {}
+    for s in getattr(dep, "spots", []):
+        out.setdefault(s.bset, []).append(dep.root / s.node / "store" / s.bset)  # type: ignore[attr-defined]
+    return out
 
 
 async def _drive(spec: RunSpec, dep: Deployment, h: History, t0: float, nem: Nemesis, out: Path, log: Any) -> None:
