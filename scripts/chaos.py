@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -64,11 +65,20 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                          "e.g. kill=2,partition=5,pause=5,delay=5")
     ap.add_argument("--controller-clients", type=int, default=None,
                     help="controller workload clients (default: 6 on the controller group, 2 alongside HA)")
+    ap.add_argument("--tiered", action="store_true",
+                    help="HA deployments: tiered storage on (a POSIX tier under --out, 64 KiB segments and chunks); "
+                         "the run then also checks the tier against every replica's log")
     ap.add_argument("--out", default="chaos-results")
     ap.add_argument("--drop-deploy", action="store_true", help="remove deploy/ (configs, logs, data) of a passed run")
     ap.add_argument("--replay", default=None, help="a result.json: run its spec and schedule again")
     ap.add_argument("--cleanup", action="store_true")
     return ap.parse_args(argv)
+
+
+def tiered_extra(out: Path) -> dict[str, object]:
+    return {"tieredStoreEnable": "true", "tieredBackendServiceProvider": "posix",
+            "tieredStoreFilePath": str(out.resolve() / f"tier-{time.strftime('%Y%m%d-%H%M%S')}"),
+            "mappedFileSizeCommitLog": 65536, "tieredChunkSize": 65536, "tieredUploadInterval": 100}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -87,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
                        targets=a.targets.split(",") if a.targets else default_targets, hold_s=a.hold, gap_s=a.gap,
                        workload=WorkloadSpec(producers=a.producers, queues=a.queues, real_client=a.real_client,
                                              controller_clients=a.controller_clients, pace_s=a.pace_ms / 1000),
-                       tmpfs_mb=a.tmpfs_mb, broker_extra={"flushIntervalCommitLog": a.flush_interval_ms},
+                       tmpfs_mb=a.tmpfs_mb, broker_extra={"flushIntervalCommitLog": a.flush_interval_ms,
+                                                          **(tiered_extra(out) if a.tiered else {})},
                        targets_s=a.unavailability_targets)
         last = max((f.at + f.duration for f in spec.faults()), default=0.0)
         spec.duration_s = a.duration or last + 3.0

@@ -144,11 +144,14 @@ async def consume(addr: str, topic: str, queues: int, conns: int, expect: int) -
     protos: list[Conn] = []
     opq = 0
     inflight_q: dict[int, int] = {}
+    sent_at: dict[int, float] = {}
+    lat: list[float] = []
 
     def pull(p: Conn, q: int) -> None:
         nonlocal opq
         opq += 1
         inflight_q[opq] = q
+        sent_at[opq] = time.perf_counter()
         ext = {"consumerGroup": "bench_cg", "topic": topic, "queueId": str(q), "queueOffset": str(offsets[q]),
                "maxMsgNums": "32", "sysFlag": "4", "commitOffset": "0", "suspendTimeoutMillis": "1000",
                "subscription": "*", "subVersion": "0", "maxMsgBytes": "1048576"}
@@ -159,6 +162,7 @@ async def consume(addr: str, topic: str, queues: int, conns: int, expect: int) -
         def on_response(h: dict, blen: int) -> None:
             nonlocal got, nbytes
             q = inflight_q.pop(h["opaque"])
+            lat.append(time.perf_counter() - sent_at.pop(h["opaque"]))
             ext = h.get("extFields") or {}
             nxt = int(ext.get("nextBeginOffset", offsets[q]))
             if h["code"] == 0:
@@ -182,7 +186,10 @@ async def consume(addr: str, topic: str, queues: int, conns: int, expect: int) -
     for p in protos:
         assert p.transport is not None
         p.transport.close()
-    return {"msgs": got, "seconds": round(dt, 3), "msg_per_s": round(got / dt), "mb_per_s": round(nbytes / dt / 1e6, 2)}
+    lat.sort()
+    return {"msgs": got, "seconds": round(dt, 3), "msg_per_s": round(got / dt), "mb_per_s": round(nbytes / dt / 1e6, 2),
+            "pulls": len(lat), "pull_p50_ms": round(lat[len(lat) // 2] * 1000, 3) if lat else None,
+            "pull_p99_ms": round(lat[int(len(lat) * 0.99)] * 1000, 3) if lat else None}
 
 
 def main() -> int:
