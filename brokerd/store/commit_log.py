@@ -246,11 +246,7 @@ class CommitLog:
             return -1
         else:
             buf, pos = f.mm, phys - f.base
-        if buf is None:
-            return -1
-        sysflag = struct.unpack_from(">i", buf, pos + 36)[0]
-        ts_pos = pos + 48 + (20 if sysflag & BORNHOST_V6_FLAG else 8)
-        return int(_I64.unpack_from(buf, ts_pos)[0])
+        return -1 if buf is None else store_timestamp_in(buf, pos)
 
     def walk(self, start: int, limit: int) -> Iterator[tuple[int, MappedFile, int, int]]:
         """Yield (phys, file, file position, size) for complete records in [start, limit).
@@ -392,6 +388,13 @@ class CommitLog:
             self.warmer = None
         for f in self.files:
             f.close()
+
+
+def store_timestamp_in(buf: bytes | memoryview | mmap.mmap, pos: int) -> int:
+    """The store timestamp of the record at ``pos`` of ``buf``."""
+    sysflag = struct.unpack_from(">i", buf, pos + 36)[0]
+    ts_pos = pos + 48 + (20 if sysflag & BORNHOST_V6_FLAG else 8)
+    return int(_I64.unpack_from(buf, ts_pos)[0])
 
 
 def write_records(f: MappedFile, pos: int, data: bytes | bytearray | memoryview) -> None:

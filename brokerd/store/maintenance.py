@@ -18,6 +18,7 @@ import time
 
 from brokerd.message import MAGIC_BLANK, CorruptRecordError, verify_record
 from brokerd.store import raw_scan
+from brokerd.store.commit_log import store_timestamp_in
 from brokerd.store.flags import DISK_FULL
 from brokerd.store.protocols import MaintainedStore
 from brokerd.store.raw_scan import Scanned
@@ -164,6 +165,24 @@ def validate_raw(buf: bytes, base_phys: int, segment_size: int) -> int:
                 raise ValueError(f"corrupt replicated record at {phys}: {exc}") from exc
         p += size
     return base_phys + p
+
+
+def records_end(buf: bytes, base_phys: int, segment_size: int) -> tuple[int, int]:
+    """(physical end of the complete records in ``buf``, which starts at ``base_phys`` on a record boundary; store
+    timestamp of the last one, 0 when none). A blank end-of-segment marker counts as complete. Pure: callable from
+    any thread. ValueError for corrupt bytes."""
+    scan = raw_scan.SCANNER
+    if scan is not None:
+        end, records = scan(buf, base_phys, segment_size, False)
+        return end, records[-1][6] if records else 0
+    end = validate_raw(buf, base_phys, segment_size)
+    p, last = 0, -1
+    while base_phys + p < end:
+        size, magic = _SIZE_MAGIC.unpack_from(buf, p)
+        if magic != MAGIC_BLANK:
+            last = p
+        p += size
+    return end, store_timestamp_in(buf, last) if last >= 0 else 0
 
 
 def append_raw(store: MaintainedStore, offset: int, data: bytes | memoryview) -> int:

@@ -518,16 +518,10 @@ class MessageStore:
         """(base, written end) of each local commit-log segment, oldest first."""
         return [(f.base, f.base + f.wrote) for f in self.commit_log.files]
 
-    def last_boundary(self, start: int, limit: int) -> tuple[int, int]:
-        """(end of the last complete record in [start, limit) read from ``start``, its store timestamp); (start, 0)
-        when none. ``start`` must be a record boundary."""
-        end, ts = start, 0
-        for phys, _f, _pos, size in self.commit_log.walk(start, limit):
-            if size < 0:
-                break
-            end = phys + size
-            ts = self.commit_log.store_timestamp_at(phys, size)
-        return end, ts
+    def records_end(self, data: bytes, start: int) -> tuple[int, int]:
+        """(end of the complete records in raw log bytes ``data`` read from record boundary ``start``, store
+        timestamp of the last one). Touches no store state: safe in a worker thread."""
+        return maintenance.records_end(data, start, self.commit_log.segment_size)
 
     def read_raw(self, start: int, end: int) -> bytes:
         """Local commit-log bytes [start, end) (one segment at most per call is fastest)."""

@@ -177,17 +177,15 @@ def verify_against_log(m: Manifest, log_epochs: list[tuple[int, int]], log_min: 
     return None
 
 
-def plan_chunk(uploaded_end: int, confirm: int, segment_size: int, chunk_bytes: int) -> tuple[int, bool]:
-    """Where the next chunk from ``uploaded_end`` ends: (limit, exact). (0, _): nothing to upload yet.
+def plan_chunk(uploaded_end: int, confirm: int, segment_size: int, chunk_bytes: int) -> int:
+    """Where the next chunk from ``uploaded_end`` may reach (0: nothing to upload yet); the chunk is then cut at
+    the last complete record below that limit (a sealed segment's blank end marker counts as one).
 
     A chunk never crosses a segment and never passes the confirm offset. A segment whose bytes are all confirmed
-    (the log moved on) ends its last chunk at the segment end, blank marker included (exact=True); otherwise a
-    chunk is cut once ``chunk_bytes`` are confirmed, at the last record boundary at or below the limit
-    (exact=False: the caller rounds down to that boundary)."""
+    (the log moved on) ends its last chunk at the segment end; otherwise a chunk is cut once ``chunk_bytes`` are
+    confirmed."""
     seg_end = uploaded_end - uploaded_end % segment_size + segment_size
     if confirm >= seg_end and seg_end - uploaded_end <= chunk_bytes:
-        return seg_end, True
+        return seg_end
     limit = uploaded_end + chunk_bytes
-    if confirm >= limit and limit <= seg_end:
-        return limit, False
-    return 0, False
+    return limit if confirm >= limit and limit <= seg_end else 0

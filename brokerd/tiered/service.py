@@ -60,7 +60,7 @@ class TieredStore(Protocol):
 
     def segment_bounds(self) -> list[tuple[int, int]]: ...
 
-    def last_boundary(self, start: int, limit: int) -> tuple[int, int]: ...
+    def records_end(self, data: bytes, start: int) -> tuple[int, int]: ...
 
     def read_raw(self, start: int, end: int) -> bytes: ...
 
@@ -229,8 +229,8 @@ class TieredService:
             self.last_error = repr(exc)
             self.log.error("tier_master_loop_crashed", error=repr(exc))
 
-    def _next_chunk_range(self) -> tuple[int, int, int] | None:
-        """(start, end, last store ts) of the next chunk to upload, or None."""
+    def _next_chunk_range(self) -> tuple[int, int] | None:
+        """[start, limit) of the log the next chunk is cut from (see ``plan_chunk``), or None."""
         m = self.manifest
         segments = self.store.segment_bounds()
         if not segments:
@@ -241,23 +241,28 @@ class TieredService:
             self.role = "FENCED"
             return None
         confirm = min(self.store.confirm_offset, self.store.max_phy_offset)
-        limit, exact = plan_chunk(start, confirm, self.cfg.segment_size, self.cfg.chunk_bytes)
-        if not limit:
-            return None
-        end, ts = self.store.last_boundary(start, limit)
-        if exact:
-            end = limit  # the segment's end: the blank marker after the last record goes too
-        return (start, end, ts) if end > start else None
+        limit = plan_chunk(start, confirm, self.cfg.segment_size, self.cfg.chunk_bytes)
+        return (start, limit) if limit else None
+
+    def _cut_and_put(self, start: int, data: bytes) -> Chunk:
+        """In a worker thread: the chunk ends at the last complete record (or the segment's blank end), its CRC,
+        and the object written."""
+        end, ts = self.store.records_end(data, start)
+        if end <= start:
+            raise ValueError(f"no complete record in [{start}, {start + len(data)})")
+        body = data[: end - start]
+        chunk = Chunk(start, end, crc_of(body), ts)
+        self.backend.put(chunk.name, body)
+        return chunk
 
     async def _upload_next(self) -> bool:
         nxt = self._next_chunk_range()
         if nxt is None:
             return False
-        start, end, ts = nxt
-        data = bytes(self.store.read_raw(start, end))
-        chunk = Chunk(start, end, crc_of(data), ts)
+        start, limit = nxt
+        data = self.store.read_raw(start, limit)
         t0 = time.perf_counter()
-        await asyncio.to_thread(self.backend.put, chunk.name, data)
+        chunk = await asyncio.to_thread(self._cut_and_put, start, data)
         if self.role != "MASTER":
             return False
         m = self.manifest.appended(chunk, self.epoch, self._log_epochs(), _now_ms())
@@ -270,7 +275,7 @@ class TieredService:
             return True
         self.upload_seconds += time.perf_counter() - t0
         self.uploaded_chunks += 1
-        self.uploaded_bytes += len(data)
+        self.uploaded_bytes += chunk.end - chunk.start
         self._adopt(m)
         return True
 

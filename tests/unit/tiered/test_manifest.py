@@ -11,14 +11,14 @@ SEG = 1000
 
 
 def test_a_chunk_never_passes_the_confirm_offset_nor_a_segment_end() -> None:
-    assert plan_chunk(0, 150, SEG, 200) == (0, False)  # less than a chunk confirmed: wait
-    assert plan_chunk(0, 250, SEG, 200) == (200, False)  # a chunk's worth: cut (the caller rounds to a record)
-    assert plan_chunk(900, 1000, SEG, 200) == (1000, True)  # the segment's rest, all confirmed: up to its end
-    assert plan_chunk(900, 999, SEG, 200) == (0, False)  # the segment is not sealed/confirmed to its end yet
-    assert plan_chunk(1000, 5000, SEG, 200) == (1200, False)  # backlog: one chunk at a time
+    assert plan_chunk(0, 150, SEG, 200) == 0  # less than a chunk confirmed: wait
+    assert plan_chunk(0, 250, SEG, 200) == 200  # a chunk's worth: cut (at the last record below it)
+    assert plan_chunk(900, 1000, SEG, 200) == 1000  # the segment's rest, all confirmed: up to its end
+    assert plan_chunk(900, 999, SEG, 200) == 0  # the segment is not sealed/confirmed to its end yet
+    assert plan_chunk(1000, 5000, SEG, 200) == 1200  # backlog: one chunk at a time
     for upl in range(0, 3000, 70):
         for conf in range(upl, 3200, 90):
-            limit, _ = plan_chunk(upl, conf, SEG, 200)
+            limit = plan_chunk(upl, conf, SEG, 200)
             assert limit == 0 or (upl < limit <= conf and limit <= upl - upl % SEG + SEG)
 
 
