@@ -287,6 +287,7 @@ class Broker:
         live = {f.name: getattr(new, f.name) for f in dataclasses.fields(new)
                 if (f.metadata.get("key") or snake_to_camel(f.name)) in LIVE_KEYS}
         self.cfg = dataclasses.replace(self.cfg, **live)
+        self.store.apply_live_config(store_config_of(self.cfg))
         self.config_version.next_version()
         if self.config_path:
             _persist_properties(self.config_path, props)

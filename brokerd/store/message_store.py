@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import fcntl
 import os
 import time
@@ -475,6 +476,13 @@ class MessageStore:
                             self.dispatcher.read_limit())
 
     # ================================================================ tiered storage (brokerd.tiered)
+
+    def apply_live_config(self, cfg: StoreConfig) -> None:
+        """Take the keys a broker may change at runtime (retention, delete hours, disk ratios) from ``cfg``."""
+        self.cfg = dataclasses.replace(
+            self.cfg, file_reserved_time_hours=cfg.file_reserved_time_hours, delete_when=cfg.delete_when,
+            disk_space_warning_level_ratio=cfg.disk_space_warning_level_ratio,
+            disk_space_clean_forcibly_ratio=cfg.disk_space_clean_forcibly_ratio)  # fmt: skip
 
     def attach_tier(self, tier: TierView | None) -> None:
         """Reads below the local log fall back to ``tier``; local expiry keeps what the tier does not hold yet, and

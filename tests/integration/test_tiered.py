@@ -20,9 +20,10 @@ pytestmark = pytest.mark.skipif(not os.environ.get("ROCKETMQ_CLIENT_PYTHON"), re
 
 SEGMENT = 64 * 1024
 SMALL_SEGMENTS = {"mappedFileSizeCommitLog": SEGMENT, "tieredChunkSize": SEGMENT, "tieredUploadInterval": 100,
-                  "cleanResourceInterval": 200, "diskSpaceCleanForciblyRatio": 0.000001,
-                  "autoCreateTopicEnable": "true"}  # fmt: skip
-# diskSpaceCleanForciblyRatio near 0: space pressure expires local segments at once, but only those in the tier
+                  "cleanResourceInterval": 200, "autoCreateTopicEnable": "true"}  # fmt: skip
+# diskSpaceCleanForciblyRatio near 0 (set at runtime): space pressure expires local segments at once, but only
+# those the tier holds
+PRESSURE = b"diskSpaceCleanForciblyRatio=0.000001"
 
 
 def latest_manifest(backend: Any) -> Manifest:
@@ -45,6 +46,7 @@ def test_old_data_is_consumed_from_the_tier_byte_identical(tmp_path: pathlib.Pat
             assert rc == 0 and len(sent) == 400
             backend = backend_of(tier, "DefaultCluster", "broker-a")
             store = tmp_path / "store" / "broker-a"
+            assert rpc(cluster.broker_addr(), 25, body=PRESSURE).code == 0
             # the tier holds every sealed segment, and those left the local disk
             wait_for(lambda: latest_manifest(backend).end >= SEGMENT * 5 and local_segments(store)[0] >= SEGMENT * 5,
                      60, "segments uploaded and expired locally")  # fmt: skip
@@ -99,7 +101,7 @@ def test_failover_resume_fencing_and_empty_slave_bootstrap(tmp_path: pathlib.Pat
 
     send = {"a": "pg", "b": "T_tier", "c": "TBW102", "d": "4", "e": "0", "f": "0", "g": "0", "h": "0"}
     with tier_conf(kind, tmp_path) as tier:
-        extra = {**SMALL_SEGMENTS, **tier, "diskSpaceCleanForciblyRatio": 0.99}
+        extra = {**SMALL_SEGMENTS, **tier}
         cl = HACluster(tmp_path, containers=2, replicas=2, sets=1, broker_extra=extra)
         try:
             cl.start()
