@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 
 class TierBackend(Protocol):
-    def put(self, name: str, data: bytes) -> None:
+    def put(self, name: str, data: bytes | memoryview) -> None:
         """Write (or replace) an object atomically: readers see the old or the new object, never a part."""
 
     def create_exclusive(self, name: str, data: bytes) -> bool:
@@ -44,7 +44,7 @@ class PosixBackend:
             raise ValueError(f"tier object name escapes the tier directory: {name!r}")
         return p
 
-    def _tmp(self, path: Path, data: bytes) -> Path:
+    def _tmp(self, path: Path, data: bytes | memoryview) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
         with open(tmp, "wb") as f:
@@ -53,7 +53,7 @@ class PosixBackend:
             os.fsync(f.fileno())
         return tmp
 
-    def put(self, name: str, data: bytes) -> None:
+    def put(self, name: str, data: bytes | memoryview) -> None:
         path = self._path(name)
         os.replace(self._tmp(path, data), path)
         _fsync_dir(path.parent)
@@ -121,8 +121,8 @@ class S3Backend:
         resp = getattr(exc, "response", None) or {}
         return str(resp.get("Error", {}).get("Code", ""))
 
-    def put(self, name: str, data: bytes) -> None:
-        self.client.put_object(Bucket=self.bucket, Key=self.prefix + name, Body=data)
+    def put(self, name: str, data: bytes | memoryview) -> None:
+        self.client.put_object(Bucket=self.bucket, Key=self.prefix + name, Body=bytes(data))
 
     def create_exclusive(self, name: str, data: bytes) -> bool:
         try:

@@ -8,7 +8,8 @@ promotion (it writes a version with its epoch before uploading anything), so fro
 higher epoch on top and stops: two brokers can never both extend the tier of one broker set.
 
 Chunks are contiguous ``[start, end)`` ranges of the commit log, each inside one segment and ending at a record
-boundary or the segment end, each at or below the confirm offset when uploaded; objects ``log/<start>-<end>``.
+boundary or the segment end, each at or below the confirm offset when uploaded; objects ``log/<start>-<end>.<epoch>``
+(the writer's epoch: an object a deposed master writes is never one the manifest names).
 """
 
 from __future__ import annotations
@@ -31,14 +32,20 @@ class Chunk:
     end: int
     crc: int  # zlib.crc32 of the bytes
     last_store_ts: int  # store timestamp of the chunk's last record (0: unknown)
+    epoch: int = 0  # the master epoch that wrote the object (part of its name)
 
     @property
     def name(self) -> str:
-        return chunk_name(self.start, self.end)
+        return chunk_name(self.start, self.end, self.epoch)
 
 
-def chunk_name(start: int, end: int) -> str:
-    return f"{LOG_PREFIX}{start:020d}-{end:020d}"
+def chunk_name(start: int, end: int, epoch: int) -> str:
+    """Objects carry their writer's epoch: a deposed master's write never lands on an object the manifest names."""
+    return f"{LOG_PREFIX}{start:020d}-{end:020d}.{epoch}"
+
+
+def chunk_start(name: str) -> int:
+    return int(name[len(LOG_PREFIX):].split("-", 1)[0])
 
 
 def manifest_name(version: int) -> str:
@@ -84,7 +91,7 @@ class Manifest:
 
     def encode(self) -> bytes:
         body = [FORMAT, self.version, self.epoch, self.broker_id,
-                [[c.start, c.end, c.crc, c.last_store_ts] for c in self.chunks],
+                [[c.start, c.end, c.crc, c.last_store_ts, c.epoch] for c in self.chunks],
                 [list(e) for e in self.epochs], self.created_ms]  # fmt: skip
         out: bytes = msgpack.packb(body, use_bin_type=True)
         return out
@@ -161,11 +168,13 @@ def epoch_at(epochs: tuple[tuple[int, int], ...] | list[tuple[int, int]], offset
     return out
 
 
-def verify_against_log(m: Manifest, log_epochs: list[tuple[int, int]], log_min: int, log_max: int) -> str | None:
+def verify_against_log(m: Manifest, log_epochs: list[tuple[int, int]], log_min: int, log_max: int,
+                       last_chunk_crc: int | None) -> str | None:  # fmt: skip
     """Why a new master cannot resume this tier with its log (None: it can, at ``m.end``).
 
     The tier never holds anything past a confirm offset, so an elected master holds it all: its log reaches the
-    tier's end and its epoch history agrees with the tier's for the last uploaded byte."""
+    tier's end, its epoch history agrees with the tier's for the last uploaded byte, and its bytes of the last
+    chunk have the chunk's CRC (``last_chunk_crc``: of its own bytes there, None when it no longer has them)."""
     if not m.chunks:
         return None
     if log_max < m.end:
@@ -174,6 +183,8 @@ def verify_against_log(m: Manifest, log_epochs: list[tuple[int, int]], log_min: 
     if last >= log_min and m.epochs and epoch_at(m.epochs, last) != epoch_at(log_epochs, last):
         return (f"epoch of offset {last}: tier {epoch_at(m.epochs, last)}, "
                 f"log {epoch_at(log_epochs, last)}")  # fmt: skip
+    if last_chunk_crc is not None and last_chunk_crc != m.chunks[-1].crc:
+        return f"the tier's last chunk {m.chunks[-1].name} differs from this log's bytes"
     return None
 
 

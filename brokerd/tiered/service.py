@@ -23,10 +23,12 @@ from brokerd.store.tier import TierView
 from brokerd.tiered.backend import TierBackend
 from brokerd.tiered.config import TierConfig
 from brokerd.tiered.manifest import (
+    LOG_PREFIX,
     MANIFEST_PREFIX,
     Chunk,
     Fenced,
     Manifest,
+    chunk_start,
     crc_of,
     manifest_name,
     plan_chunk,
@@ -105,7 +107,7 @@ class TieredService:
         self.broker_id = -1
         self.fenced: str | None = None
         self._task: asyncio.Task[None] | None = None
-        self._wake = asyncio.Event()
+        self._step: asyncio.Task[bool] | None = None
         self.uploaded_chunks = self.uploaded_bytes = 0
         self.upload_seconds = 0.0
         self.records_applied = 0
@@ -140,6 +142,8 @@ class TieredService:
         if task is not None:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+        if self._step is not None:
+            await asyncio.gather(self._step, return_exceptions=True)
         self.role = "NONE"
         await self.reader.close()
 
@@ -175,7 +179,8 @@ class TieredService:
         while True:
             latest = await asyncio.to_thread(self._latest)
             self.reader.update(latest)
-            why = verify_against_log(latest, self._log_epochs(), self.store.min_phy_offset, self.store.max_phy_offset)
+            why = verify_against_log(latest, self._log_epochs(), self.store.min_phy_offset, self.store.max_phy_offset,
+                                     self._own_crc(latest))  # fmt: skip
             if why is not None:
                 self._fence(f"tier does not match this log: {why}")
                 return False
@@ -186,9 +191,30 @@ class TieredService:
                 return False
             if await asyncio.to_thread(self._commit, claim):
                 self._adopt(claim)
+                await asyncio.to_thread(self._drop_orphans, claim)
                 self.log.info("tier_claimed", version=claim.version, epoch=self.epoch, resume_at=claim.end,
                               chunks=len(claim.chunks))  # fmt: skip
                 return True
+
+    def _own_crc(self, m: Manifest) -> int | None:
+        """CRC of this log's bytes where the tier's last chunk is (None: not held locally)."""
+        if not m.chunks:
+            return None
+        c = m.chunks[-1]
+        if c.start < self.store.min_phy_offset or c.end > self.store.max_phy_offset:
+            return None
+        try:
+            return crc_of(self.store.read_raw(c.start, c.end))
+        except ValueError:  # not inside one written segment
+            return None
+
+    def _drop_orphans(self, m: Manifest) -> None:
+        """Chunk objects past the breakpoint that no version names (uploads cut short by a failover, or written by
+        a master deposed meanwhile) are deleted when a new master claims the tier."""
+        named = {c.name for c in m.chunks}
+        for name in self.backend.list(LOG_PREFIX):
+            if name not in named and chunk_start(name) >= m.end:
+                self.backend.delete(name)
 
     def _fence(self, why: str) -> None:
         self.fenced = why
@@ -212,7 +238,9 @@ class TieredService:
                 return
             while self.role == "MASTER":
                 try:
-                    progressed = await self._upload_next()
+                    # shielded: a demotion or stop never cuts a chunk's commit in two (stop waits for it)
+                    self._step = asyncio.get_running_loop().create_task(self._upload_next())
+                    progressed = await asyncio.shield(self._step)
                     await self._trim()
                 except Fenced as exc:
                     self._fence(str(exc))
@@ -250,8 +278,8 @@ class TieredService:
         end, ts = self.store.records_end(data, start)
         if end <= start:
             raise ValueError(f"no complete record in [{start}, {start + len(data)})")
-        body = data[: end - start]
-        chunk = Chunk(start, end, crc_of(body), ts)
+        body = memoryview(data)[: end - start]
+        chunk = Chunk(start, end, crc_of(body), ts, self.epoch)
         self.backend.put(chunk.name, body)
         return chunk
 

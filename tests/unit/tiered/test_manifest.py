@@ -36,6 +36,8 @@ def test_the_chain_is_fenced_by_epoch_and_round_trips() -> None:
 
 def test_a_new_master_resumes_only_a_tier_its_log_agrees_with() -> None:
     m = Manifest().claimed(2, 0, [(1, 0), (2, 300)], 1).appended(Chunk(0, 500, 0, 0), 2, [(1, 0), (2, 300)], 2)
-    assert verify_against_log(m, [(1, 0), (2, 300), (4, 900)], 0, 1000) is None
-    assert "beyond" in (verify_against_log(m, [(1, 0), (2, 300)], 0, 400) or "")
-    assert "epoch" in (verify_against_log(m, [(1, 0), (3, 300)], 0, 1000) or "")
+    assert verify_against_log(m, [(1, 0), (2, 300), (4, 900)], 0, 1000, 0) is None
+    assert verify_against_log(m, [(1, 0), (2, 300), (4, 900)], 0, 1000, None) is None  # bytes gone locally
+    assert "beyond" in (verify_against_log(m, [(1, 0), (2, 300)], 0, 400, None) or "")
+    assert "epoch" in (verify_against_log(m, [(1, 0), (3, 300)], 0, 1000, 0) or "")
+    assert "differs" in (verify_against_log(m, [(1, 0), (2, 300)], 0, 1000, 12345) or "")

@@ -25,7 +25,7 @@ async def until(cond: Any, what: str, timeout: float = 10.0) -> None:
     deadline = asyncio.get_running_loop().time() + timeout
     while not cond():
         assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0.01)  # sleep-ok: polling a condition with a deadline
 
 
 def fill(store: MessageStore, n: int, start: int = 0) -> None:
@@ -51,6 +51,18 @@ def records(store: MessageStore, q: int) -> list[bytes]:
         out += [bytes(x) for x in r.buffers]
 
 
+class RecordingBackend(PosixBackend):
+    """The tier directory as one broker sees it, recording the chunk objects it writes."""
+
+    def __init__(self, root: pathlib.Path) -> None:
+        super().__init__(root)
+        self.puts: list[str] = []
+
+    def put(self, name: str, data: bytes | memoryview) -> None:
+        self.puts.append(name)
+        super().put(name, data)
+
+
 def chain(backend: PosixBackend) -> list[Manifest]:
     return [Manifest.decode(backend.get(n)) for n in backend.list(MANIFEST_PREFIX)]
 
@@ -58,37 +70,43 @@ def chain(backend: PosixBackend) -> list[Manifest]:
 async def test_a_new_master_resumes_at_the_breakpoint_and_the_deposed_one_is_fenced(
         make_store: Any, tmp_path: pathlib.Path) -> None:  # fmt: skip
     backend = PosixBackend(tmp_path / "tier")
+    a_view, b_view = RecordingBackend(tmp_path / "tier"), RecordingBackend(tmp_path / "tier")
     a = await make_store(tmp_path / "a", mapped_file_size_commit_log=SEG)
     b = await make_store(tmp_path / "b", mapped_file_size_commit_log=SEG)
     a.append_epoch(1, 0)
     b.append_epoch(1, 0)
-    ta = TieredService(CFG, a, backend, HOST)
+    fill(a, 400)
+    a.set_confirm_offset(2 * SEG)  # its slave b had acknowledged this much so far
+    ta = TieredService(CFG, a, a_view, HOST)
     ta.on_master(1, 0)
-    fill(a, 200)
-    await until(lambda: ta.manifest.end >= 2 * SEG, "a's first segments in the tier")
+    await until(lambda: ta.manifest.end == 2 * SEG, "a's confirmed segments in the tier")
     replicate(a, b)
 
-    b.append_epoch(2, b.max_phy_offset)  # b is elected (epoch 2); a is cut off but still believes it is master
-    tb = TieredService(CFG, b, backend, HOST)
+    b.append_epoch(2, b.max_phy_offset)  # b is elected (epoch 2)
+    tb = TieredService(CFG, b, b_view, HOST)
     tb.on_master(2, 1)
     await until(lambda: tb.manifest.epoch == 2, "b's claim")
-    fill(a, 200, 200)  # a writes alone: its uploads must be refused
+    a.set_confirm_offset(a.max_phy_offset)  # a, cut off, learns late that b held everything: it tries to upload
     await until(lambda: ta.fenced is not None, "a fenced")
     fill(b, 200, 400)
-    await until(lambda: tb.manifest.end >= 5 * SEG, "b's uploads")
+    await until(lambda: tb.manifest.end >= 7 * SEG, "b's uploads")
+    await ta.stop()
+    await tb.stop()
 
     versions = chain(backend)
     claim = next(i for i, m in enumerate(versions) if m.epoch == 2)
     assert all(m.epoch == 2 for m in versions[claim:])  # nothing from a after b's claim
-    breakpoint_at = versions[claim].end
-    assert breakpoint_at >= 2 * SEG
+    assert versions[claim].end == 2 * SEG and ta.uploaded_bytes == 2 * SEG
     final = versions[-1]
     assert final.min_offset == 0 and all(x.end == y.start for x, y in zip(final.chunks, final.chunks[1:], strict=False))
-    assert tb.uploaded_bytes == final.end - breakpoint_at  # resumed at the breakpoint: nothing twice, nothing skipped
+    # b resumed at the breakpoint: its chunk writes start there, continue without a gap, none twice; what a wrote
+    # after b's claim (its refused attempt) is no object the tier names
+    ranges = [tuple(int(x) for x in n.removeprefix("log/").split(".")[0].split("-")) for n in b_view.puts]
+    assert ranges[0][0] == 2 * SEG and len(set(ranges)) == len(ranges)
+    assert all(x[1] == y[0] for x, y in zip(ranges, ranges[1:], strict=False)) and ranges[-1][1] >= final.end
+    assert not set(a_view.puts[2:]) & {c.name for c in final.chunks} and len(a_view.puts) >= 3
     for c in final.chunks:  # the tier is b's log, byte for byte
         assert backend.get(c.name) == bytes(b.read_raw(c.start, c.end))
-    await ta.stop()
-    await tb.stop()
 
 
 async def test_an_empty_store_bootstraps_from_the_tier_and_serves_the_whole_range(
@@ -105,10 +123,28 @@ async def test_an_empty_store_bootstraps_from_the_tier_and_serves_the_whole_rang
     empty = await make_store(tmp_path / "empty", mapped_file_size_commit_log=SEG)
     te = TieredService(CFG, empty, backend, HOST)
     got = await te.bootstrap_from_tier_if_empty()
-    assert got == ta.manifest.end == empty.max_phy_offset
+    assert got == chain(backend)[-1].end == empty.max_phy_offset >= 3 * SEG
     assert [(e.epoch, e.start_offset) for e in empty.epoch_entries()] == [(1, 0)]
     replicate(a, empty)  # the rest comes from the master
     for q in range(4):
         want = records(a, q)
         assert records(empty, q) == want and len(want) == 75
     await te.stop()
+
+
+async def test_chunks_smaller_than_a_segment_end_at_record_boundaries(make_store: Any, tmp_path: pathlib.Path) -> None:
+    backend = PosixBackend(tmp_path / "tier")
+    a = await make_store(tmp_path / "a", mapped_file_size_commit_log=SEG)
+    a.append_epoch(1, 0)
+    ta = TieredService(TierConfig(segment_size=SEG, chunk_bytes=20_000, upload_interval_ms=10), a, backend, HOST)
+    ta.on_master(1, 0)
+    fill(a, 300)
+    await until(lambda: ta.manifest.end >= 3 * SEG, "chunks of three segments")
+    m = ta.manifest
+    assert all(x.end == y.start for x, y in zip(m.chunks, m.chunks[1:], strict=False))
+    assert any(c.end % SEG for c in m.chunks) and any(c.end % SEG == 0 for c in m.chunks)  # both kinds of cut
+    for c in m.chunks:
+        data = backend.get(c.name)
+        assert data == bytes(a.read_raw(c.start, c.end)) and c.end - c.start <= 20_000
+        assert a.records_end(data, c.start)[0] == c.end  # whole records (a segment's last chunk: its blank end too)
+    await ta.stop()
