@@ -44,10 +44,6 @@ def chunk_name(start: int, end: int, epoch: int) -> str:
     return f"{LOG_PREFIX}{start:020d}-{end:020d}.{epoch}"
 
 
-def chunk_start(name: str) -> int:
-    return int(name[len(LOG_PREFIX):].split("-", 1)[0])
-
-
 def manifest_name(version: int) -> str:
     return f"{MANIFEST_PREFIX}{version:020d}"
 

@@ -28,7 +28,6 @@ from brokerd.tiered.manifest import (
     Chunk,
     Fenced,
     Manifest,
-    chunk_start,
     crc_of,
     manifest_name,
     plan_chunk,
@@ -209,11 +208,11 @@ class TieredService:
             return None
 
     def _drop_orphans(self, m: Manifest) -> None:
-        """Chunk objects past the breakpoint that no version names (uploads cut short by a failover, or written by
-        a master deposed meanwhile) are deleted when a new master claims the tier."""
+        """Chunk objects no version names (uploads cut short by a failover, written by a master deposed meanwhile,
+        or left by a retention pass cut short) are deleted when a master claims the tier."""
         named = {c.name for c in m.chunks}
         for name in self.backend.list(LOG_PREFIX):
-            if name not in named and chunk_start(name) >= m.end:
+            if name not in named:
                 self.backend.delete(name)
 
     def _fence(self, why: str) -> None:
@@ -239,9 +238,8 @@ class TieredService:
             while self.role == "MASTER":
                 try:
                     # shielded: a demotion or stop never cuts a chunk's commit in two (stop waits for it)
-                    self._step = asyncio.get_running_loop().create_task(self._upload_next())
+                    self._step = asyncio.get_running_loop().create_task(self._upload_and_trim())
                     progressed = await asyncio.shield(self._step)
-                    await self._trim()
                 except Fenced as exc:
                     self._fence(str(exc))
                     return
@@ -306,6 +304,11 @@ class TieredService:
         self.uploaded_bytes += chunk.end - chunk.start
         self._adopt(m)
         return True
+
+    async def _upload_and_trim(self) -> bool:
+        progressed = await self._upload_next()
+        await self._trim()
+        return progressed
 
     async def _trim(self) -> None:
         """The tier's own retention: chunks older than ``reserved_hours`` leave the tier (whole, oldest first)."""

@@ -148,3 +148,20 @@ async def test_chunks_smaller_than_a_segment_end_at_record_boundaries(make_store
         assert data == bytes(a.read_raw(c.start, c.end)) and c.end - c.start <= 20_000
         assert a.records_end(data, c.start)[0] == c.end  # whole records (a segment's last chunk: its blank end too)
     await ta.stop()
+
+
+async def test_the_tier_keeps_data_for_its_own_retention_then_drops_whole_chunks(
+        make_store: Any, tmp_path: pathlib.Path) -> None:  # fmt: skip
+    backend = PosixBackend(tmp_path / "tier")
+    a = await make_store(tmp_path / "a", mapped_file_size_commit_log=SEG)
+    a.append_epoch(1, 0)
+    keep_briefly = TierConfig(segment_size=SEG, chunk_bytes=SEG, upload_interval_ms=10, reserved_hours=1e-6)
+    ta = TieredService(keep_briefly, a, backend, HOST)
+    ta.on_master(1, 0)
+    fill(a, 400)
+    await until(lambda: ta.manifest.end >= 5 * SEG and ta.manifest.min_offset > 0, "old chunks expired from the tier")
+    await ta.stop()
+    m = chain(backend)[-1]
+    kept = {c.name for c in m.chunks}
+    assert m.min_offset % SEG == 0 and len(kept) >= 1 and ta.trimmed_chunks >= 1
+    assert set(backend.list("log/")) == kept  # the expired chunks' objects are gone, the rest are there
