@@ -225,28 +225,13 @@ class Dispatcher:
         """Dispatch scanned records (in log order, from ``dispatched``; blank markers between them) and move
         ``dispatched`` to ``end``; the listeners hear once per queue, of its newest entry. False when a
         consume-queue / index put failed (the store's error is set and ``dispatched`` stays at that record)."""
-        get_or_create = self.queue_store.get_or_create
-        nxt = self.next_queue_offsets
-        index = self.index
         notes: dict[tuple[str, int], tuple[int, int, int]] = {}
         ok = True
-        for phys, size, topic, qid, qoff, sysflag, ts, tags, keys, uniq, delay in records:
-            self.dispatched = phys  # past a blank marker: what the walk sets it to
-            self.last_reput_timestamp = ts
-            tx = sysflag & 0xC
+        for rec in records:
+            self.dispatched = rec[0]  # past a blank marker: what the walk sets it to
+            self.last_reput_timestamp = rec[6]
             try:
-                if tx not in SKIP_CQ:
-                    if topic == SCHEDULE_TOPIC:
-                        code = compute_tags_code(topic, _props(tags, None, None, delay), ts, self._delay_levels)
-                    else:
-                        code = tags_code_of(tags)
-                    key = (topic, qid)
-                    get_or_create(topic, qid).put(qoff, phys, size, code)
-                    if nxt.get(key, 0) <= qoff:
-                        nxt[key] = qoff + 1
-                    notes[key] = (qoff, code, phys + size)
-                if index is not None and tx != TRANSACTION_ROLLBACK_TYPE and (keys or uniq):
-                    index.put_keys(topic, message_keys(_props(None, keys, uniq, None)), phys, ts)
+                self._put_entries(rec, notes)
             except (OSError, ValueError) as exc:
                 self._io_failed("reput", exc, bit=WRITE_LOGICS_QUEUE_ERROR)
                 ok = False
@@ -255,6 +240,30 @@ class Dispatcher:
             self.dispatched = end
         self._notify_notes(notes)
         return ok
+
+    def _put_entries(self, rec: Scanned, notes: dict[tuple[str, int], tuple[int, int, int]]) -> None:
+        """The consume-queue entry and index keys of one scanned record."""
+        phys, size, topic, qid, qoff, sysflag, ts, tags, keys, uniq, delay = rec
+        tx = sysflag & 0xC
+        if tx not in SKIP_CQ:
+            if topic == SCHEDULE_TOPIC:
+                code = compute_tags_code(topic, _props(tags, None, None, delay), ts, self._delay_levels)
+            else:
+                code = tags_code_of(tags)
+            key = (topic, qid)
+            self.queue_store.get_or_create(topic, qid).put(qoff, phys, size, code)
+            if self.next_queue_offsets.get(key, 0) <= qoff:
+                self.next_queue_offsets[key] = qoff + 1
+            notes[key] = (qoff, code, phys + size)
+        if self.index is not None and tx != TRANSACTION_ROLLBACK_TYPE and (keys or uniq):
+            self.index.put_keys(topic, message_keys(_props(None, keys, uniq, None)), phys, ts)
+
+    def index_tiered(self, records: list[Scanned]) -> None:
+        """Consume-queue entries and index keys of records only the tier holds (an empty slave bootstrapping below
+        its local log): positions untouched, nobody notified. OSError / ValueError propagate."""
+        notes: dict[tuple[str, int], tuple[int, int, int]] = {}
+        for rec in records:
+            self._put_entries(rec, notes)
 
     def _reput_scanned(self, scan: raw_scan.ScanFn, limit: int) -> bool:
         """Dispatch records from ``dispatched`` with the C scanner, a window of at most ``REPUT_WINDOW`` bytes of

@@ -16,11 +16,12 @@ import shutil
 import struct
 import time
 
-from brokerd.message import MAGIC_BLANK, CorruptRecordError, verify_record
+from brokerd.message import DELAY, KEYS, MAGIC_BLANK, TAGS, UNIQ_KEY, CorruptRecordError, verify_record
 from brokerd.store import raw_scan
 from brokerd.store.commit_log import store_timestamp_in
 from brokerd.store.flags import DISK_FULL
 from brokerd.store.protocols import MaintainedStore
+from brokerd.store.queue_store import parse_for_dispatch
 from brokerd.store.raw_scan import Scanned
 
 _SIZE_MAGIC = struct.Struct(">ii")
@@ -181,6 +182,26 @@ def records_end(buf: bytes, base_phys: int, segment_size: int) -> tuple[int, int
             last = p
         p += size
     return base_phys + p, store_timestamp_in(buf, last) if last >= 0 else 0
+
+
+def scan_for_dispatch(buf: bytes | memoryview, base_phys: int, segment_size: int) -> list[Scanned]:
+    """What dispatch needs of each complete record in ``buf`` (from record boundary ``base_phys``): the C scanner's
+    tuples, or the same built by the Python reference. Pure: callable from any thread. ValueError when corrupt."""
+    scan = raw_scan.SCANNER
+    if scan is not None:
+        return scan(buf, base_phys, segment_size, False)[1]
+    end = validate_raw(bytes(buf), base_phys, segment_size)
+    out: list[Scanned] = []
+    p = 0
+    while base_phys + p < end:
+        size, magic = _SIZE_MAGIC.unpack_from(buf, p)
+        if magic != MAGIC_BLANK:
+            i = parse_for_dispatch(buf, p, size)
+            pr = i.properties
+            out.append((base_phys + p, size, i.topic, i.queue_id, i.queue_offset, i.sys_flag, i.store_ts,
+                        pr.get(TAGS), pr.get(KEYS), pr.get(UNIQ_KEY), pr.get(DELAY)))  # fmt: skip
+        p += size
+    return out
 
 
 def append_raw(store: MaintainedStore, offset: int, data: bytes | memoryview) -> int:

@@ -94,6 +94,7 @@ from brokerd.store.index import IndexService
 from brokerd.store.mapped_file import MappedFile
 from brokerd.store.protocols import QuotaChecker
 from brokerd.store.queue_store import ConsumeQueueStore
+from brokerd.store.raw_scan import Scanned
 from brokerd.store.recovery import RecoveryResult, recover_commit_log
 from brokerd.store.results import (
     GetMessageResult,
@@ -530,6 +531,15 @@ class MessageStore:
         """(end of the complete records in raw log bytes ``data`` read from record boundary ``start``, store
         timestamp of the last one). Touches no store state: safe in a worker thread."""
         return maintenance.records_end(data, start, self.commit_log.segment_size)
+
+    def scan_for_dispatch(self, data: bytes | memoryview, start: int) -> list[Scanned]:
+        """What dispatch needs of each complete record of raw log bytes from record boundary ``start`` (topic, queue,
+        offsets, tags, keys ...: ``raw_scan.Scanned``). Touches no store state: safe in a worker thread."""
+        return maintenance.scan_for_dispatch(data, start, self.commit_log.segment_size)
+
+    def index_tiered(self, records: list[Scanned]) -> None:
+        """Consume-queue entries and index keys of records only the tier holds (reads reach them through it)."""
+        self.dispatcher.index_tiered(records)
 
     def read_raw(self, start: int, end: int) -> bytes:
         """Local commit-log bytes [start, end) (one segment at most per call is fastest)."""

@@ -9,7 +9,8 @@ higher epoch on top and stops: two brokers can never both extend the tier of one
 
 Chunks are contiguous ``[start, end)`` ranges of the commit log, each inside one segment and ending at a record
 boundary or the segment end, each at or below the confirm offset when uploaded; objects ``log/<start>-<end>.<epoch>``
-(the writer's epoch: an object a deposed master writes is never one the manifest names).
+(the writer's epoch: an object a deposed master writes is never one the manifest names) and its queue index
+``qi/<start>-<end>.<epoch>`` (the consume-queue and key-index entries of its records).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import msgpack
 FORMAT: Final = 1
 MANIFEST_PREFIX: Final = "manifest/"
 LOG_PREFIX: Final = "log/"
+QI_PREFIX: Final = "qi/"
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +39,12 @@ class Chunk:
     @property
     def name(self) -> str:
         return chunk_name(self.start, self.end, self.epoch)
+
+    @property
+    def index_name(self) -> str:
+        """The chunk's queue index: what dispatch needs of each of its records (topic, queue, offsets, tags, keys),
+        so a broker can build consume-queue and index entries of data only the tier holds."""
+        return QI_PREFIX + self.name[len(LOG_PREFIX):]
 
 
 def chunk_name(start: int, end: int, epoch: int) -> str:

@@ -15,9 +15,11 @@ import asyncio
 import time
 from typing import Any, Final, Protocol
 
+import msgpack
 import structlog
 
 from brokerd.message import MessageInner, decode_records
+from brokerd.store.raw_scan import Scanned
 from brokerd.store.results import GetMessageResult, PutMessageResult, PutStatus
 from brokerd.store.tier import TierView
 from brokerd.tiered.backend import TierBackend
@@ -25,6 +27,7 @@ from brokerd.tiered.config import TierConfig
 from brokerd.tiered.manifest import (
     LOG_PREFIX,
     MANIFEST_PREFIX,
+    QI_PREFIX,
     Chunk,
     Fenced,
     Manifest,
@@ -64,6 +67,10 @@ class TieredStore(Protocol):
     def records_end(self, data: bytes, start: int) -> tuple[int, int]: ...
 
     def read_raw(self, start: int, end: int) -> bytes: ...
+
+    def scan_for_dispatch(self, data: bytes | memoryview, start: int) -> list[Scanned]: ...
+
+    def index_tiered(self, records: list[Scanned]) -> None: ...
 
     def epoch_entries(self) -> list[Any]: ...
 
@@ -210,8 +217,8 @@ class TieredService:
     def _drop_orphans(self, m: Manifest) -> None:
         """Chunk objects no version names (uploads cut short by a failover, written by a master deposed meanwhile,
         or left by a retention pass cut short) are deleted when a master claims the tier."""
-        named = {c.name for c in m.chunks}
-        for name in self.backend.list(LOG_PREFIX):
+        named = {c.name for c in m.chunks} | {c.index_name for c in m.chunks}
+        for name in self.backend.list(LOG_PREFIX) + self.backend.list(QI_PREFIX):
             if name not in named:
                 self.backend.delete(name)
 
@@ -278,6 +285,8 @@ class TieredService:
             raise ValueError(f"no complete record in [{start}, {start + len(data)})")
         body = memoryview(data)[: end - start]
         chunk = Chunk(start, end, crc_of(body), ts, self.epoch)
+        entries = self.store.scan_for_dispatch(body, start)
+        self.backend.put(chunk.index_name, msgpack.packb([list(e) for e in entries], use_bin_type=True))
         self.backend.put(chunk.name, body)
         return chunk
 
@@ -324,6 +333,7 @@ class TieredService:
             self.store.correct_min_offsets()
             for c in old:
                 await asyncio.to_thread(self.backend.delete, c.name)
+                await asyncio.to_thread(self.backend.delete, c.index_name)
             self.trimmed_chunks += len(old)
             self.log.info("tier_chunks_expired", chunks=len(old), min_offset=trimmed.min_offset)
         await asyncio.to_thread(self._gc_versions, m.version)
@@ -359,40 +369,50 @@ class TieredService:
     # ------------------------------------------------------------------ empty slave bootstrap
 
     async def bootstrap_from_tier_if_empty(self) -> int:
-        """An empty store fetches what the tier holds (within local retention) before replication starts; returns
-        the bytes fetched. The tier never holds anything past a confirm offset, so the master's log agrees."""
+        """An empty store takes what the tier holds before replication starts; returns the log bytes fetched.
+
+        Chunks within local retention (``local_reserved_hours``, from a segment start; at least the tier's last
+        segment) are fetched and written as replicated log; for older chunks only their queue index is fetched, so
+        consume queues and the key index reach back to the tier's start and reads there go to the tier. The tier
+        never holds anything past a confirm offset, so the master's log agrees with all of it."""
         if not self.cfg.bootstrap_from_tier or self.store.max_phy_offset > 0 or self.store.segment_bounds():
             return 0
         m = await asyncio.to_thread(self._latest)
-        if not m.chunks:
+        aligned = [i for i, c in enumerate(m.chunks) if c.start % self.cfg.segment_size == 0]
+        if not aligned:
             return 0
         cutoff = _now_ms() - int(self.cfg.local_reserved_hours * 3_600_000)
-        first = next((i for i, c in enumerate(m.chunks)
-                      if c.start % self.cfg.segment_size == 0 and c.last_store_ts >= cutoff), None)  # fmt: skip
-        if first is None:
-            return 0
+        first = next((i for i in aligned if m.chunks[i].last_store_ts >= cutoff), aligned[-1])
         t0 = time.perf_counter()
+        self.reader.update(m)
+        for c in m.chunks[:first]:  # below local retention: entries only, the bytes stay in the tier
+            entries = await asyncio.to_thread(self.backend.get, c.index_name)
+            self.store.index_tiered([tuple(e) for e in msgpack.unpackb(entries, raw=False)])
         start = m.chunks[first].start
         before = [(e, s) for e, s in m.epochs if s <= start]
         for e, s in before[-1:] + [(e, s) for e, s in m.epochs if s > start]:
             self.store.append_epoch(e, s)
-        self.reader.update(m)
+        total = await self._fetch_log(m.chunks[first:])
+        self.bootstrapped_bytes = total
+        self.bootstrap_seconds = time.perf_counter() - t0
+        self.log.info("tier_bootstrap_done", bytes=total, chunks=len(m.chunks) - first, indexed_only=first,
+                      start=start, end=m.end, seconds=round(self.bootstrap_seconds, 3))  # fmt: skip
+        return total
+
+    async def _fetch_log(self, chunks: tuple[Chunk, ...]) -> int:
+        """Fetch chunks (the next one downloading while one is written and dispatched) into the local log."""
+        loop = asyncio.get_running_loop()
         total = 0
-        pending = asyncio.get_running_loop().run_in_executor(None, self.backend.get, m.chunks[first].name)
-        for i in range(first, len(m.chunks)):
-            c = m.chunks[i]
+        pending = loop.run_in_executor(None, self.backend.get, chunks[0].name)
+        for i, c in enumerate(chunks):
             data = await pending
-            if i + 1 < len(m.chunks):  # the next chunk downloads while this one is written and dispatched
-                pending = asyncio.get_running_loop().run_in_executor(None, self.backend.get, m.chunks[i + 1].name)
+            if i + 1 < len(chunks):
+                pending = loop.run_in_executor(None, self.backend.get, chunks[i + 1].name)
             if len(data) != c.end - c.start or crc_of(data) != c.crc:
                 raise OSError(f"tier chunk {c.name} does not match the manifest")
             self.store.append_raw(c.start, data)
             total += len(data)
             await asyncio.sleep(0)
-        self.bootstrapped_bytes = total
-        self.bootstrap_seconds = time.perf_counter() - t0
-        self.log.info("tier_bootstrap_done", bytes=total, chunks=len(m.chunks) - first, start=start, end=m.end,
-                      seconds=round(self.bootstrap_seconds, 3))  # fmt: skip
         return total
 
     def status(self) -> dict[str, Any]:

@@ -101,10 +101,12 @@ async def test_a_new_master_resumes_at_the_breakpoint_and_the_deposed_one_is_fen
     assert final.min_offset == 0 and all(x.end == y.start for x, y in zip(final.chunks, final.chunks[1:], strict=False))
     # b resumed at the breakpoint: its chunk writes start there, continue without a gap, none twice; what a wrote
     # after b's claim (its refused attempt) is no object the tier names
-    ranges = [tuple(int(x) for x in n.removeprefix("log/").split(".")[0].split("-")) for n in b_view.puts]
+    ranges = [tuple(int(x) for x in n.removeprefix("log/").split(".")[0].split("-")) for n in b_view.puts
+              if n.startswith("log/")]
     assert ranges[0][0] == 2 * SEG and len(set(ranges)) == len(ranges)
     assert all(x[1] == y[0] for x, y in zip(ranges, ranges[1:], strict=False)) and ranges[-1][1] >= final.end
-    assert not set(a_view.puts[2:]) & {c.name for c in final.chunks} and len(a_view.puts) >= 3
+    a_logs = [n for n in a_view.puts if n.startswith("log/")]
+    assert not set(a_logs[2:]) & {c.name for c in final.chunks} and len(a_logs) >= 3
     for c in final.chunks:  # the tier is b's log, byte for byte
         assert backend.get(c.name) == bytes(b.read_raw(c.start, c.end))
 
@@ -165,3 +167,34 @@ async def test_the_tier_keeps_data_for_its_own_retention_then_drops_whole_chunks
     kept = {c.name for c in m.chunks}
     assert m.min_offset % SEG == 0 and len(kept) >= 1 and ta.trimmed_chunks >= 1
     assert set(backend.list("log/")) == kept  # the expired chunks' objects are gone, the rest are there
+    assert set(backend.list("qi/")) == {c.index_name for c in m.chunks}
+
+
+async def test_an_empty_store_with_short_local_retention_serves_older_data_from_the_tier(
+        make_store: Any, tmp_path: pathlib.Path) -> None:  # fmt: skip
+    """Local retention shorter than the tier's: the bootstrap fetches only the tier's last segment as log, and
+    for the older chunks their queue index, so consume queues and the key index still reach back to the tier's
+    start; those reads are served from the tier."""
+    backend = PosixBackend(tmp_path / "tier")
+    a = await make_store(tmp_path / "a", mapped_file_size_commit_log=SEG)
+    a.append_epoch(1, 0)
+    ta = TieredService(CFG, a, backend, HOST)
+    ta.on_master(1, 0)
+    fill(a, 300)
+    await until(lambda: ta.manifest.end >= 4 * SEG, "segments in the tier")
+    await ta.stop()
+    tier_end = chain(backend)[-1].end
+
+    empty = await make_store(tmp_path / "empty", mapped_file_size_commit_log=SEG)
+    short = TierConfig(segment_size=SEG, chunk_bytes=SEG, local_reserved_hours=1e-9)
+    te = TieredService(short, empty, backend, HOST)
+    got = await te.bootstrap_from_tier_if_empty()
+    assert got == SEG and empty.min_phy_offset == tier_end - SEG  # only the last segment as local log
+    replicate(a, empty)
+    for q in range(4):  # the whole range, the older part through the tier
+        want = records(a, q)
+        assert records(empty, q) == want and len(want) == 75
+    key = empty.query_message("T", "k1", 4, 0, 2**62)
+    assert [bytes(x) for x in key.buffers] == [x for x in records(a, 1) if b"KEYS\x01k1\x02" in x]
+    assert te.reader.fetches >= 1
+    await te.stop()
