@@ -156,3 +156,20 @@ class Chromium:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(30)
+
+
+async def open_page(page: Page, base: str, name: str, shots: pathlib.Path) -> None:
+    """Show one dashboard page, wait until it rendered from the API, screenshot it as `shots/<name>.png`."""
+    await page.goto(f"{base}/dashboard/#{name}")
+    await page.wait_for(f"document.body.dataset.loaded === {json.dumps(name)}", 20, f"the {name} page")
+    await page.screenshot(shots / f"{name}.png")
+
+
+def publish_screenshots(shots: pathlib.Path) -> None:
+    """With UPDATE_DASHBOARD_SCREENSHOTS=1, copy the screenshots to docs/dashboard/ (linked from the README)."""
+    if os.environ.get("UPDATE_DASHBOARD_SCREENSHOTS") != "1":
+        return
+    target = pathlib.Path(__file__).resolve().parents[1] / "docs" / "dashboard"
+    target.mkdir(parents=True, exist_ok=True)
+    for png in shots.glob("*.png"):
+        shutil.copy(png, target / png.name)

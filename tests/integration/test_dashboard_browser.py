@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import pathlib
-import shutil
 import time
 import urllib.request
 from collections.abc import Callable
@@ -20,9 +18,9 @@ import pytest
 
 from container.config import ContainerConfig
 from container.host import BrokerContainer
-from tests.browser import Chromium, Page, chromium_path
+from tests.browser import Chromium, chromium_path, open_page, publish_screenshots
 from tests.integration.test_dashboard import parse_metrics
-from tests.support import ROOT, ClientRun, arpc, broker_port, write_broker_conf
+from tests.support import ClientRun, arpc, broker_port, write_broker_conf
 
 pytestmark = [pytest.mark.integration,
               pytest.mark.skipif(chromium_path() is None,
@@ -51,12 +49,6 @@ async def until(cond: Callable[[], bool], timeout: float, what: str) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         await asyncio.sleep(0.1)
-
-
-async def open_page(page: Page, base: str, name: str, shots: pathlib.Path) -> None:
-    await page.goto(f"{base}/dashboard/#{name}")
-    await page.wait_for(f"document.body.dataset.loaded === {json.dumps(name)}", 20, f"the {name} page")
-    await page.screenshot(shots / f"{name}.png")
 
 
 async def test_dashboard_pages_in_chromium_while_producing(tmp_path: pathlib.Path) -> None:
@@ -139,8 +131,4 @@ async def test_dashboard_pages_in_chromium_while_producing(tmp_path: pathlib.Pat
             producer.kill()
         await browser.stop()
         await c.stop()
-    if os.environ.get("UPDATE_DASHBOARD_SCREENSHOTS") == "1":
-        target = ROOT / "docs" / "dashboard"
-        target.mkdir(parents=True, exist_ok=True)
-        for png in shots.glob("*.png"):
-            shutil.copy(png, target / png.name)
+    publish_screenshots(shots)
