@@ -63,6 +63,11 @@ class DashboardStore(HostedStore, Protocol):
 
 
 class OnlineGroup(Protocol):
+    @property
+    def subscriptions(self) -> Mapping[str, object]:
+        """Subscribed topics (the keys)."""
+        ...
+
     def client_ids(self) -> list[str]: ...
 
 

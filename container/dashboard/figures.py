@@ -84,12 +84,15 @@ def topic_rows(broker: DashboardBroker) -> list[dict[str, Any]]:
 
 def group_rows(broker: DashboardBroker) -> list[dict[str, Any]]:
     """One row per (group, topic) with committed offsets: per queue the broker's max offset, the committed
-    offset and the lag (max - committed, never negative), plus the group's consumers online on this broker."""
+    offset and the lag (max - committed, never negative), plus the group's consumers online on this broker.
+    A group online on a topic it has not committed on yet has a row without queues (`committed` false)."""
     store = broker.store
     online = broker.consumers.groups
     out = []
+    seen = set()
     for key, offsets in broker.meta.offsets.table().items():
         topic, _, group = key.partition(TOPIC_GROUP_SEPARATOR)
+        seen.add((group, topic))
         queues = []
         for q, committed in sorted(offsets.items()):
             mx = store.max_offset_in_queue(topic, q)
@@ -97,7 +100,12 @@ def group_rows(broker: DashboardBroker) -> list[dict[str, Any]]:
                            "lag": max(0, mx - committed)})
         info = online.get(group)
         out.append({"group": group, "topic": topic, "online": len(info.client_ids()) if info is not None else 0,
-                    "lag": sum(q["lag"] for q in queues), "queues": queues})
+                    "committed": True, "lag": sum(q["lag"] for q in queues), "queues": queues})
+    for group, info in online.items():
+        for topic in info.subscriptions:
+            if (group, topic) not in seen:
+                out.append({"group": group, "topic": topic, "online": len(info.client_ids()), "committed": False,
+                            "lag": 0, "queues": []})
     out.sort(key=lambda r: (r["group"], r["topic"]))
     return out
 
@@ -123,6 +131,8 @@ def prometheus_lines(directory: DashboardDirectory) -> list[str]:
     for entry in per_broker(directory, group_rows):
         b = escape_label(entry["identity"])
         for r in entry["rows"]:
+            if not r["committed"]:
+                continue  # no committed offset: no lag to report
             lag.append(f'rocketmq_consumer_lag_messages{{broker="{b}",group="{escape_label(r["group"])}",'
                        f'topic="{escape_label(r["topic"])}"}} {r["lag"]}')
     for entry in per_broker(directory, topic_rows):

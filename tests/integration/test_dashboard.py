@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import pathlib
 import re
+import socket
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -97,6 +98,14 @@ def test_dashboard_figures_match_metrics_after_a_real_producer(cluster: Cluster,
     assert g["queues"] == [{"queueId": 0, "brokerOffset": q0, "consumerOffset": 3, "lag": q0 - 3}]
     assert g["lag"] == q0 - 3
     assert metrics[("rocketmq_consumer_lag_messages", (("broker", ident), ("group", group), ("topic", topic)))] == g["lag"]
+
+    # a malformed frame (closes only that connection, logged as a warning) shows under recent errors
+    with socket.create_connection(("127.0.0.1", cluster.ports[0]), timeout=5) as sock:
+        sock.sendall(b"\xff\xff\xff\xff garbage")
+        assert sock.recv(1) == b""  # closed by the broker
+    errors = wait_for(lambda: [e for e in api(base, "/api/errors")["entries"] if "frame_rejected" in e["message"]],
+                      10, "the rejected frame under recent errors")
+    assert errors[0]["level"] == "warning"
 
     # pages: served from the package, strict CSP, no inline script
     status, headers, body = get(base + "/dashboard/")

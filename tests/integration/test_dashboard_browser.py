@@ -1,5 +1,5 @@
 """The dashboard in headless Chromium (Debian's package, driven over the DevTools protocol) while the real
-RocketMQ client produces: every page loads and updates without a console error, the figures on the page match
+RocketMQ client produces and consumes: every page loads and updates without a console error, the figures on the page match
 `/metrics`, a hostile group name is shown as text, and an admin logs in (credentials test double standing in
 for the ACL accounts) and creates a topic from the page.
 
@@ -63,17 +63,21 @@ async def test_dashboard_pages_in_chromium_while_producing(tmp_path: pathlib.Pat
     base, addr, ident = f"http://127.0.0.1:{c.metrics.port}", f"127.0.0.1:{port}", "DefaultCluster:broker-a:0"
     shots = tmp_path / "shots"
     browser = Chromium(tmp_path / "chromium")
-    producer = None
+    producer = consumer = None
     try:
         topic = "T_browser"
         assert (await arpc(addr, 17, {"topic": topic, "readQueueNums": "4", "writeQueueNums": "4"})).code == 0
         assert (await arpc(addr, 15, {"consumerGroup": HOSTILE_GROUP, "topic": topic, "queueId": "1",
                                       "commitOffset": "0"})).code == 0
+        consumer = ClientRun("push", {"NAMESRV": c.namesrv_addrs[0], "TOPIC": topic, "GROUP": "G_browser",
+                                      "COUNT": 10**6, "TIMEOUT": 120}, tmp_path / "consumer")
+        await until(lambda: "G_browser" in c.brokers[ident].broker.consumers.groups, 60, "the consumer registered")
         producer = ClientRun("produce", {"NAMESRV": c.namesrv_addrs[0], "TOPIC": topic, "COUNT": 300,
                                          "PACE_MS": 15}, tmp_path / "producer")
         await browser.start()
         page = await browser.new_page()
-        await until(lambda: len(producer.rows) > 20, 60, "the producer sending")
+        await until(lambda: len(producer.rows) > 20 and len(consumer.received()) > 5, 60,
+                    "the producer sending and the consumer receiving")
 
         await open_page(page, base, "overview", shots)
         await page.wait_for(f"document.querySelector('[data-role=\"{ident}\"]')?.textContent === 'MASTER'", 10,
@@ -82,6 +86,9 @@ async def test_dashboard_pages_in_chromium_while_producing(tmp_path: pathlib.Pat
                             "a throughput line of 8 samples")
         await page.screenshot(shots / "overview.png")
         await open_page(page, base, "topics", shots)
+        await page.goto(f"{base}/dashboard/#groups")
+        await page.wait_for("document.querySelector('[data-group=\"G_browser@T_browser\"] td:nth-child(3)')"
+                            "?.textContent === '1'", 30, "G_browser with its consumer online and committed offsets")
         await open_page(page, base, "groups", shots)
         # the hostile group name is text, never markup
         assert await page.evaluate("document.getElementById('xss') === null && window.pwned === undefined")
@@ -127,8 +134,9 @@ async def test_dashboard_pages_in_chromium_while_producing(tmp_path: pathlib.Pat
         assert page.errors == [], page.errors
         await page.close()
     finally:
-        if producer is not None:
-            producer.kill()
+        for proc in (producer, consumer):
+            if proc is not None:
+                proc.kill()
         await browser.stop()
         await c.stop()
     publish_screenshots(shots)

@@ -132,7 +132,7 @@ function lineChart(id, history, inSeries, outSeries, label) {
   svg.append(top);
   const n = Math.max(ins.length, 2);
   let points = 0;
-  const path = (vals, color) => {
+  const path = (vals, color, dash) => {
     let d = "";
     vals.forEach((v, i) => {
       if (v === null) return;
@@ -141,15 +141,15 @@ function lineChart(id, history, inSeries, outSeries, label) {
       svg.append(svgNode("circle", { cx: x.toFixed(1), cy: y.toFixed(1), r: 2, fill: color }));
       points++;
     });
-    if (d) svg.append(svgNode("path", { d, fill: "none", stroke: color, "stroke-width": 2 }));
+    if (d) svg.append(svgNode("path", { d, fill: "none", stroke: color, "stroke-width": 2, "stroke-dasharray": dash }));
   };
-  path(ins, "#1565c0");
-  path(outs, "#ef6c00");
+  path(ins, "#1565c0", "none");
+  path(outs, "#ef6c00", "6 4");
   svg.setAttribute("data-points", String(points));
   const last = (vals) => { for (let i = vals.length - 1; i >= 0; i--) if (vals[i] !== null) return vals[i]; return 0; };
   const fmtRate = (v) => (label === "bytes" ? human(Math.round(v)) : fmt(Math.round(v))) + "/s";
-  replace(id, svg, el("div", { class: "legend" }, el("span", { class: "in" }, "■ in " + fmtRate(last(ins))), "  ",
-    el("span", { class: "out" }, "■ out " + fmtRate(last(outs))),
+  replace(id, svg, el("div", { class: "legend" }, el("span", { class: "in" }, "━ in " + fmtRate(last(ins))), "  ",
+    el("span", { class: "out" }, "┅ out " + fmtRate(last(outs))),
     el("span", { class: "muted" }, "  (last " + span(history.t.length * history.intervalS) + ")")));
 }
 
@@ -204,10 +204,12 @@ function renderGroups(data) {
     if (b.error) parts.push(el("p", { class: "bad" }, b.error));
     const rows = b.rows.map((g) => el("tr", { "data-group": g.group + "@" + g.topic },
       el("td", {}, g.group), el("td", {}, g.topic), num(g.online),
-      el("td", { class: g.lag > 0 ? "num lag" : "num", "data-lag": g.group + "@" + g.topic, "data-broker": b.identity }, fmt(g.lag)),
-      el("td", {}, queueTable(g.queues, [["queue", "queueId"], ["broker", "brokerOffset"], ["consumer", "consumerOffset"], ["lag", "lag"]]))));
+      el("td", { class: g.lag > 0 ? "num lag" : "num", "data-lag": g.group + "@" + g.topic, "data-broker": b.identity },
+        g.committed ? fmt(g.lag) : "–"),
+      el("td", {}, g.committed ? queueTable(g.queues, [["queue", "queueId"], ["broker", "brokerOffset"],
+        ["consumer", "consumerOffset"], ["lag", "lag"]]) : el("span", { class: "muted" }, "subscribed, nothing committed yet"))));
     parts.push(rows.length ? table(["group", "topic", "online", "lag", "queues"], rows)
-      : el("p", { class: "muted" }, "no committed consumer offsets"));
+      : el("p", { class: "muted" }, "no consumer groups"));
   }
   replace("groups", ...parts);
 }

@@ -68,8 +68,9 @@ class Store:
 
 
 class Group:
-    def __init__(self, ids: list[str]) -> None:
+    def __init__(self, ids: list[str], topics: tuple[str, ...] = ()) -> None:
         self.ids = ids
+        self.subscriptions = dict.fromkeys(topics, "*")
 
     def client_ids(self) -> list[str]:
         return list(self.ids)
@@ -84,13 +85,15 @@ class FakeBroker:
     def __init__(self, name: str, *, topics: dict[str, Topic] | None = None,
                  queues: dict[tuple[str, int], tuple[int, int]] | None = None,
                  offsets: dict[str, dict[int, int]] | None = None, ha: dict[str, Any] | None = None,
-                 online: dict[str, list[str]] | None = None, system: frozenset[str] = frozenset()) -> None:
+                 online: dict[str, list[str]] | None = None, subscribed: dict[str, tuple[str, ...]] | None = None,
+                 system: frozenset[str] = frozenset()) -> None:
         self.cfg = BrokerConfig(broker_name=name, listen_port=30911)
         self.stats = BrokerStats(msgs_in=10, msgs_out=4, bytes_in=1000, bytes_out=400, errors=1)
         self.send_lane = None
         self.store = Store(queues or {}, max_phy=1000)
         self.meta = Meta(Topics(topics or {}, system), Offsets(offsets or {}))
-        self.consumers = Consumers({g: Group(ids) for g, ids in (online or {}).items()})
+        subs = subscribed or {}
+        self.consumers = Consumers({g: Group(ids, subs.get(g, ())) for g, ids in (online or {}).items()})
         self.dispatcher = Dispatcher("fake")
         self.requests: list[RemotingCommand] = []
         self.ha = ha if ha is not None else {"role": "MASTER", "masterEpoch": 1, "maxOffset": 1000,

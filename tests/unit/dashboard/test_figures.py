@@ -13,7 +13,8 @@ IDENT = "DefaultCluster:b:0"
 def broker() -> FakeBroker:
     return FakeBroker("b", topics={"T": Topic(2, 3), "SYS": Topic(1, 1)},
                       queues={("T", 0): (0, 10), ("T", 1): (2, 7), ("T", 2): (0, 1)},
-                      offsets={"T@G": {0: 4, 1: 9}, "T@H": {2: 1}}, online={"G": ["c1", "c2"]},
+                      offsets={"T@G": {0: 4, 1: 9}, "T@H": {2: 1}}, online={"G": ["c1", "c2"], "N": ["c3"]},
+                      subscribed={"G": ("T", "%RETRY%G"), "N": ("T",)},
                       system=frozenset({"SYS"}))
 
 
@@ -49,12 +50,20 @@ def test_topics_list_every_queue_with_min_and_max() -> None:
 def test_group_lag_per_queue_and_total_never_negative() -> None:
     b = broker()
     b.meta.offsets.rows["T@K"] = {0: 99}  # committed past the max (a truncated queue): lag 0, not -89
-    rows = {r["group"]: r for r in figures.group_rows(b)}
+    rows = {r["group"]: r for r in figures.group_rows(b) if r["committed"]}
     assert rows["G"]["queues"] == [{"queueId": 0, "brokerOffset": 10, "consumerOffset": 4, "lag": 6},
                                    {"queueId": 1, "brokerOffset": 7, "consumerOffset": 9, "lag": 0}]
     assert rows["G"]["lag"] == 6 and rows["G"]["online"] == 2
     assert rows["H"]["lag"] == 0 and rows["H"]["online"] == 0
     assert rows["K"]["lag"] == 0
+
+
+def test_groups_online_without_commits_are_listed_without_lag() -> None:
+    rows = {(r["group"], r["topic"]): r for r in figures.group_rows(broker())}
+    assert rows[("N", "T")] == {"group": "N", "topic": "T", "online": 1, "committed": False, "lag": 0, "queues": []}
+    assert rows[("G", "%RETRY%G")]["committed"] is False and rows[("G", "T")]["committed"] is True
+    lines = figures.prometheus_lines(Directory({IDENT: Slot(broker())}))
+    assert not [line for line in lines if 'group="N"' in line or "%RETRY%G" in line]
 
 
 def test_ha_view_of_a_master_with_a_lagging_slave() -> None:
@@ -83,7 +92,7 @@ def test_a_broker_that_fails_shows_its_error_and_the_others_still_show() -> None
     bad.meta.offsets.table = boom  # type: ignore[method-assign]
     out = figures.per_broker(Directory({"x:bad:0": Slot(bad), IDENT: Slot(good)}), figures.group_rows)
     assert out[1]["error"] == "metadata unavailable" and out[1]["rows"] == []
-    assert len(out[0]["rows"]) == 2
+    assert len(out[0]["rows"]) == 4
 
 
 def test_prometheus_lines_escape_names_and_carry_the_same_lag() -> None:
