@@ -73,8 +73,8 @@ class ControllerDaemon:
         if cfg.namesrv_listen_port is not None:
             await self._start_namesrv(cfg.namesrv_listen_port)
         if cfg.metrics_port >= 0:
-            self.metrics = ControllerMetricsServer(MemberMetrics(self), self.request_stats, cfg.metrics_listen_host,
-                                                   cfg.metrics_port)
+            self.metrics = ControllerMetricsServer(cfg.self_id, self.raft, self.server, self.request_stats,
+                                                   cfg.metrics_listen_host, cfg.metrics_port)
             await self.metrics.start()
         self.gc.start()
         log.info("controller_started", self_id=cfg.self_id, group=cfg.group, port=self.remoting.port,
@@ -113,58 +113,3 @@ class ControllerDaemon:
         if self.raft is not None:
             await self.raft.stop()
         log.info("controller_stopped", self_id=self.cfg.self_id)
-
-
-class MemberMetrics:
-    """The daemon as `/metrics` reads it (controller.metrics.MemberView)."""
-
-    def __init__(self, daemon: ControllerDaemon) -> None:
-        self.daemon = daemon
-
-    def _raft(self) -> RaftLike:
-        assert self.daemon.raft is not None
-        return self.daemon.raft
-
-    def _server(self) -> ControllerServer:
-        assert self.daemon.server is not None
-        return self.daemon.server
-
-    @property
-    def self_id(self) -> str:
-        return self.daemon.cfg.self_id
-
-    @property
-    def term(self) -> int:
-        return self._raft().term
-
-    @property
-    def commit_index(self) -> int:
-        return self._raft().commit_index
-
-    @property
-    def applied_index(self) -> int:
-        return self._raft().applied_index
-
-    @property
-    def is_leader(self) -> bool:
-        return self._raft().is_leader
-
-    @property
-    def live_brokers(self) -> int:
-        return self._server().live.live_count
-
-    @property
-    def elections_tried(self) -> int:
-        return self._server().elector.elections_tried
-
-    @property
-    def elections_won(self) -> int:
-        return self._server().elector.elections_won
-
-    @property
-    def pushes_sent(self) -> int:
-        return self._server().pushes_sent
-
-    @property
-    def pushes_failed(self) -> int:
-        return self._server().pushes_failed

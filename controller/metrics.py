@@ -3,7 +3,7 @@ Raft term, commit and applied index and the apply lag, leadership, requests by t
 histogram, broker heartbeats, live brokers, master elections and role-change pushes.
 
 `RequestStats` wraps each request handler (sync or async) to count and time it; `render` is pure over what it
-reads of the member (`MemberView`). Label values are request names (`CONTROLLER_ELECT_MASTER`), never user input.
+reads of the Raft node and the controller role (`ServerView`). Label values are request names (`CONTROLLER_ELECT_MASTER`), never user input.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from aiohttp import web
 from brokerd.remoting.codes import RequestCode
 from brokerd.remoting.command import RemotingCommand
 from brokerd.remoting.connection import Connection, Handler, HandlerResult
+from controller.raft_port import RaftLike
 
 BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 REQUEST_NAMES = {v: k for k, v in vars(RequestCode).items() if isinstance(v, int) and not k.startswith("_")}
@@ -95,32 +96,27 @@ class RequestStats:
         return {code: self.wrap(code, h) for code, h in table.items()}
 
 
-class MemberView(Protocol):
-    """What `/metrics` reads of a controller member."""
-
+class LiveCount(Protocol):
     @property
-    def self_id(self) -> str: ...
+    def live_count(self) -> int: ...
 
-    @property
-    def term(self) -> int: ...
 
-    @property
-    def commit_index(self) -> int: ...
-
-    @property
-    def applied_index(self) -> int: ...
-
-    @property
-    def is_leader(self) -> bool: ...
-
-    @property
-    def live_brokers(self) -> int: ...
-
+class ElectionCounts(Protocol):
     @property
     def elections_tried(self) -> int: ...
 
     @property
     def elections_won(self) -> int: ...
+
+
+class ServerView(Protocol):
+    """What `/metrics` reads of the controller role (`controller.server.ControllerServer`)."""
+
+    @property
+    def live(self) -> LiveCount: ...
+
+    @property
+    def elector(self) -> ElectionCounts: ...
 
     @property
     def pushes_sent(self) -> int: ...
@@ -136,27 +132,27 @@ def _metric(lines: list[str], name: str, kind: str, help_: str, samples: list[tu
         lines.append(f"{name}{labels} {value}")
 
 
-def render(member: MemberView, stats: RequestStats) -> str:
-    node = f'node="{member.self_id}"'
+def render(self_id: str, raft: RaftLike, server: ServerView, stats: RequestStats) -> str:
+    node = f'node="{self_id}"'
     lines: list[str] = []
     gauges = [
-        ("controller_raft_term", "gauge", "Current Raft term (it grows by one per election round)", member.term),
-        ("controller_raft_commit_index", "gauge", "Highest Raft log index known committed", member.commit_index),
+        ("controller_raft_term", "gauge", "Current Raft term (it grows by one per election round)", raft.term),
+        ("controller_raft_commit_index", "gauge", "Highest Raft log index known committed", raft.commit_index),
         ("controller_raft_applied_index", "gauge", "Highest Raft log index applied to the state machine",
-         member.applied_index),
+         raft.applied_index),
         ("controller_raft_apply_lag", "gauge", "Committed entries not yet applied",
-         max(0, member.commit_index - member.applied_index)),
-        ("controller_raft_leader", "gauge", "1 while this member is the Raft leader", int(member.is_leader)),
+         max(0, raft.commit_index - raft.applied_index)),
+        ("controller_raft_leader", "gauge", "1 while this member is the Raft leader", int(raft.is_leader)),
         ("controller_live_brokers", "gauge", "Brokers whose heartbeats this member tracks as alive",
-         member.live_brokers),
+         server.live.live_count),
         ("controller_master_elections_total", "counter", "Master elections this member ran as leader",
-         member.elections_tried),
+         server.elector.elections_tried),
         ("controller_master_elections_won_total", "counter", "Of those, elections that chose a master",
-         member.elections_won),
+         server.elector.elections_won),
         ("controller_role_change_pushes_total", "counter", "NOTIFY_BROKER_ROLE_CHANGED pushes sent",
-         member.pushes_sent),
+         server.pushes_sent),
         ("controller_role_change_push_failures_total", "counter", "Role-change pushes that failed",
-         member.pushes_failed),
+         server.pushes_failed),
     ]
     for name, kind, help_, value in gauges:
         _metric(lines, name, kind, help_, [(f"{{{node}}}", value)])
@@ -185,8 +181,11 @@ def render(member: MemberView, stats: RequestStats) -> str:
 
 
 class ControllerMetricsServer:
-    def __init__(self, member: MemberView, stats: RequestStats, host: str, port: int) -> None:
-        self.member = member
+    def __init__(self, self_id: str, raft: RaftLike, server: ServerView, stats: RequestStats, host: str,
+                 port: int) -> None:
+        self.self_id = self_id
+        self.raft = raft
+        self.server = server
         self.stats = stats
         self.host = host
         self.requested_port = port
@@ -207,5 +206,5 @@ class ControllerMetricsServer:
             self._runner = None
 
     async def _metrics(self, request: web.Request) -> web.Response:
-        return web.Response(body=render(self.member, self.stats).encode(),
+        return web.Response(body=render(self.self_id, self.raft, self.server, self.stats).encode(),
                             headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 import pytest
@@ -21,17 +21,34 @@ CONN = cast(Connection, None)
 
 
 @dataclass
-class Member:
-    self_id: str = "n0"
+class Raft:
     term: int = 7
     commit_index: int = 120
     applied_index: int = 117
     is_leader: bool = True
-    live_brokers: int = 4
+
+
+@dataclass
+class Live:
+    live_count: int = 4
+
+
+@dataclass
+class Elector:
     elections_tried: int = 2
     elections_won: int = 1
+
+
+@dataclass
+class Server:
+    live: Live = field(default_factory=Live)
+    elector: Elector = field(default_factory=Elector)
     pushes_sent: int = 5
     pushes_failed: int = 1
+
+
+def scrape(stats: RequestStats) -> str:
+    return render("n0", cast(Any, Raft()), Server(), stats)
 
 
 class Clock:
@@ -74,7 +91,7 @@ async def test_sync_async_and_failing_handlers_are_counted_and_timed() -> None:
     stats.on_leadership(False)
     stats.on_leadership(True)
 
-    m = lines_of(render(Member(), stats))
+    m = lines_of(scrape(stats))
     node = 'node="n0"'
     assert m[f"controller_raft_term{{{node}}}"] == "7" and m[f"controller_raft_apply_lag{{{node}}}"] == "3"
     assert m[f"controller_raft_leader{{{node}}}"] == "1" and m[f"controller_live_brokers{{{node}}}"] == "4"
@@ -97,7 +114,7 @@ def test_histogram_buckets_are_cumulative() -> None:
     stats = RequestStats()
     for s in (0.0001, 0.003, 0.003, 0.2, 9.0):
         stats.observe(1004, s, None)
-    buckets = [int(v) for k, v in lines_of(render(Member(), stats)).items() if "_bucket" in k]
+    buckets = [int(v) for k, v in lines_of(scrape(stats)).items() if "_bucket" in k]
     assert buckets == sorted(buckets) and buckets[-1] == 5 and buckets[-2] == 4
 
 
@@ -113,8 +130,8 @@ def test_metrics_config_keys() -> None:
 
 
 def test_label_values_are_request_names() -> None:
-    text = render(Member(), RequestStats())
+    text = scrape(RequestStats())
     assert "request=" not in text  # nothing served yet: no per-request series
     stats: Any = RequestStats()
     stats.observe(4242, 0.001, None)  # a code without a name is labelled by its number
-    assert 'request="4242"' in render(Member(), stats)
+    assert 'request="4242"' in scrape(stats)
