@@ -115,6 +115,8 @@ async def test_dashboard_pages_in_chromium_while_producing(tmp_path: pathlib.Pat
         # once the producer is done, the page's figures settle on exactly the scrape's
         code, rows = await asyncio.to_thread(producer.wait, 120)
         assert code == 0, rows[-3:]
+        await until(lambda: len({d["props"]["seq"] for d in consumer.received()}) >= 300, 60,
+                    "the consumer received every message")
         await page.goto(f"{base}/dashboard/#overview")
         metrics = parse_metrics(await fetch_text(base + "/metrics"))
         want = {name: int(v) for (name, labels), v in metrics.items() if labels == (("broker", ident),)}

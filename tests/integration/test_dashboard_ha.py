@@ -59,13 +59,15 @@ def test_dashboard_shows_roles_sync_state_set_and_the_controller_leader(ha: HACl
     def settled() -> dict[str, Any] | None:
         o = get_json(f"http://127.0.0.1:{dash[0]}/api/overview")
         rows = {r["name"]: r for r in o["brokers"]}
-        a = rows.get("broker-a")
+        a, b = rows.get("broker-a"), rows.get("broker-b")
         ok = a is not None and a["ha"]["role"] == "MASTER" and len(a["ha"]["syncStateSet"]) == 2
+        ok = ok and b is not None and b["ha"]["role"] == "SLAVE" and b["ha"]["connected"]
         return o if ok and o["controllerLeaders"] else None
 
-    overview = wait_for(settled, 30, "broker-a master with a 2-member sync state set and a known controller leader")
+    overview = wait_for(settled, 30, "broker-a master with a 2-member sync state set, broker-b a connected slave "
+                                     "and a known controller leader")
     rows = {r["name"]: r for r in overview["brokers"]}
-    assert rows["broker-b"]["ha"]["role"] == "SLAVE" and rows["broker-b"]["ha"]["masterHaAddr"]
+    assert rows["broker-b"]["ha"]["masterHaAddr"]
     assert rows["broker-a"]["ha"]["controllerMode"] and rows["broker-a"]["ha"]["masterEpoch"] >= 1
     [leader_addr] = overview["controllerLeaders"]
 
@@ -79,9 +81,9 @@ def test_dashboard_shows_roles_sync_state_set_and_the_controller_leader(ha: HACl
     assert m[("controller_raft_commit_index", (node,))] >= m[("controller_raft_applied_index", (node,))] > 0
     assert m[("controller_raft_apply_lag", (node,))] >= 0
     assert m[("controller_broker_heartbeats_total", (node,))] > 0 and m[("controller_live_brokers", (node,))] == 4
-    assert m[("controller_raft_leadership_changes_total", (node, ("to", "leader")))] == 1
+    assert m[("controller_raft_leadership_changes_total", (node, ("to", "leader")))] >= 1
     register = (node, ("request", "CONTROLLER_REGISTER_BROKER"))
-    assert m[("controller_requests_total", register)] >= 4
+    assert m[("controller_requests_total", register)] >= 1
     assert m[("controller_request_duration_seconds_count", register)] == m[("controller_requests_total", register)]
     assert m[("controller_request_duration_seconds_bucket", (("le", "+Inf"),) + register)] == \
         m[("controller_requests_total", register)]
