@@ -9,7 +9,7 @@ construction.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from brokerd.metadata.names import is_retry_or_dlq_topic
@@ -19,10 +19,13 @@ from container.metrics import COUNTERS, escape_label
 TOPIC_GROUP_SEPARATOR = "@"
 
 
-def counters(broker: DashboardBroker) -> dict[str, int]:
-    """The broker's `/metrics` series by name (one broken getter leaves only its own series out, as there)."""
+def counters(broker: DashboardBroker, only: Collection[str] | None = None) -> dict[str, int]:
+    """The broker's `/metrics` series by name, or just those `only` names (one broken getter leaves only its own
+    series out, as there)."""
     out: dict[str, int] = {}
     for name, _kind, _help, get in COUNTERS:
+        if only is not None and name not in only:
+            continue
         try:
             out[name] = int(get(broker))
         except Exception:  # noqa: BLE001 - same rule as the scrape: a broken figure must not hide the others

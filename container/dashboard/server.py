@@ -29,7 +29,7 @@ from container.dashboard import figures
 from container.dashboard.auth import COOKIE, CSRF_HEADER, LoginThrottle, Session, SessionSigner, csrf_ok
 from container.dashboard.context import AdminCredentials, DashboardBroker, DashboardDirectory
 from container.dashboard.errors import RecentErrors
-from container.dashboard.history import History
+from container.dashboard.history import RATE_SERIES, History
 
 log = structlog.get_logger("dashboard")
 
@@ -97,7 +97,7 @@ class Dashboard:
             self._sampler = None
 
     def sample(self) -> None:
-        self.history.add(time.time(), {ident: figures.counters(slot.broker)
+        self.history.add(time.time(), {ident: figures.counters(slot.broker, RATE_SERIES)
                                        for ident, slot in self.directory.brokers.items()})
 
     async def _sample_loop(self) -> None:

@@ -27,6 +27,11 @@ def test_counters_are_the_metrics_series() -> None:
         assert f'{name}{{broker="{IDENT}"}} {value}' in scrape.splitlines()
 
 
+def test_counters_can_be_limited_to_some_series() -> None:
+    assert figures.counters(broker(), ("rocketmq_messages_in_total", "rocketmq_errors_total")) == {
+        "rocketmq_messages_in_total": 10, "rocketmq_errors_total": 1}
+
+
 def test_a_broken_counter_leaves_out_only_itself() -> None:
     b = broker()
 
