@@ -304,7 +304,8 @@ class BrokerReplication:
         st["controllerMode"] = self.controller_mode
         st["masterEpoch"] = self.master_epoch
         if self.link is not None:
-            st.update(controllerId=self.link.controller_id, controllerRole=self.link.role, **self.link.stats)
+            st.update(controllerId=self.link.controller_id, controllerRole=self.link.role, **self.link.stats,
+                      controllerLeader=self.link.client.leader or "")
         st["metadataSync"] = {"syncs": self.metasync.syncs, "failures": self.metasync.failures,
                               "pendingOffsets": self.metasync.pending_count, "fullSync": self.metasync.full_sync}
         if self.msync is not None:

@@ -18,7 +18,10 @@ class ContainerConfig:
     embedded_namesrv_port: int = 9876
     logs_root: str = field(default_factory=lambda: os.path.join(os.path.expanduser("~"), "logs", "rocketmqlogs"))
     isolate_log_enable: bool = False
-    metrics_port: int = 8080  # aiohttp /metrics and /health; 0 = any free port, -1 = disabled
+    metrics_port: int = 8080  # aiohttp /metrics, /health and the dashboard; 0 = any free port, -1 = disabled
+    metrics_bind_address: str = "127.0.0.1"  # where the metrics port listens (0.0.0.0: every interface)
+    dashboard_enable: bool = True  # the web dashboard on the metrics port (docs/dashboard.md)
+    dashboard_sample_interval_ms: int = 2000  # how often the throughput charts sample the counters
     replicas_per_disk_partition: int = 1
     logical_disk_space_clean_forcibly_threshold: float = 0.80
     disk_partition_size_bytes: int = 0  # 0 = the real partition size (tests inject a small one)
@@ -31,6 +34,10 @@ class ContainerConfig:
             raise ConfigError(f"embeddedNamesrvPort: invalid port {self.embedded_namesrv_port}")
         if not -1 <= self.metrics_port <= 65535:
             raise ConfigError(f"metricsPort: invalid port {self.metrics_port}")
+        if not self.metrics_bind_address.strip():
+            raise ConfigError("metricsBindAddress: must not be empty")
+        if not 100 <= self.dashboard_sample_interval_ms <= 60000:
+            raise ConfigError("dashboardSampleIntervalMs: must be in 100..60000")
         if self.replicas_per_disk_partition < 1:
             raise ConfigError("replicasPerDiskPartition: must be >= 1")
         if self.disk_partition_size_bytes < 0:

@@ -26,6 +26,8 @@ from brokerd.remoting.connection import Dispatcher
 from brokerd.remoting.server import RemotingServer
 from container.admin import register_admin
 from container.config import ContainerConfig
+from container.dashboard.context import AdminCredentials
+from container.dashboard.server import Dashboard
 from container.errors import ContainerError
 from container.metrics import MetricsServer
 from container.quota import DiskQuota
@@ -43,7 +45,8 @@ class BrokerSlot:
 
 
 class BrokerContainer:
-    def __init__(self, cfg: ContainerConfig) -> None:
+    def __init__(self, cfg: ContainerConfig, admin_credentials: AdminCredentials | None = None) -> None:
+        """`admin_credentials`: the accounts that may use the dashboard's admin actions (none: read-only)."""
         self.cfg = cfg
         self.outer = RemotingClient()
         self.brokers: dict[str, BrokerSlot] = {}
@@ -52,6 +55,8 @@ class BrokerContainer:
         self.namesrv_server: RemotingServer | None = None
         self.namesrv: NamesrvService | None = None
         self.metrics: MetricsServer | None = None
+        self.dashboard = (Dashboard(self, admin_credentials, sample_interval_s=cfg.dashboard_sample_interval_ms / 1000)
+                          if cfg.dashboard_enable else None)
         self.quota = DiskQuota(self, cfg)
         self._lock = asyncio.Lock()
         self._stopping = False
@@ -77,7 +82,10 @@ class BrokerContainer:
         self.admin_server = RemotingServer(self.admin_dispatcher, port=self.cfg.listen_port, name="container-admin")
         await self.admin_server.start()
         if self.cfg.metrics_port >= 0:
-            self.metrics = MetricsServer(self, self.cfg.metrics_port)
+            dash = self.dashboard
+            self.metrics = MetricsServer(self, self.cfg.metrics_port, self.cfg.metrics_bind_address,
+                                         extra_text=dash.metrics_text if dash else None,
+                                         setup_app=dash.install if dash else None)
             await self.metrics.start()
         for path in self.cfg.broker_paths + [p for p in self._load_state() if p not in self.cfg.broker_paths]:
             try:

@@ -34,7 +34,7 @@ COUNTERS: tuple[tuple[str, str, str, Callable[[HostedBroker], int]], ...] = (
 )
 
 
-def _escape(v: str) -> str:
+def escape_label(v: str) -> str:
     return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
@@ -49,7 +49,7 @@ def render(container: BrokerDirectory) -> str:
                 value = get(slot.broker)
             except Exception:  # noqa: BLE001 - a broken broker must not break the scrape of the others
                 continue
-            lines.append(f'{name}{{broker="{_escape(ident)}"}} {value}')
+            lines.append(f'{name}{{broker="{escape_label(ident)}"}} {value}')
     lines.append("# HELP rocketmq_ha_slave_lag_bytes A master's max offset minus each connected slave's ack")
     lines.append("# TYPE rocketmq_ha_slave_lag_bytes gauge")
     for ident, slot in slots:
@@ -59,7 +59,7 @@ def render(container: BrokerDirectory) -> str:
             continue
         for sid, s in sorted(st.get("slaves", {}).items()):
             lag = max(0, int(st["maxOffset"]) - int(s["ack"]))
-            lines.append(f'rocketmq_ha_slave_lag_bytes{{broker="{_escape(ident)}",slave="{_escape(sid)}"}} {lag}')
+            lines.append(f'rocketmq_ha_slave_lag_bytes{{broker="{escape_label(ident)}",slave="{escape_label(sid)}"}} {lag}')
     lines.append("# HELP rocketmq_container_brokers Brokers hosted by this container")
     lines.append("# TYPE rocketmq_container_brokers gauge")
     lines.append(f"rocketmq_container_brokers {len(slots)}")
@@ -67,10 +67,17 @@ def render(container: BrokerDirectory) -> str:
 
 
 class MetricsServer:
-    def __init__(self, container: BrokerDirectory, port: int, host: str = "0.0.0.0") -> None:
+    """`/metrics` and `/health`; `extra_text` appends more series to a scrape, `setup_app` adds routes (the
+    dashboard) to the same application."""
+
+    def __init__(self, container: BrokerDirectory, port: int, host: str = "127.0.0.1", *,
+                 extra_text: Callable[[], str] | None = None,
+                 setup_app: Callable[[web.Application], None] | None = None) -> None:
         self.container = container
         self.requested_port = port
         self.host = host
+        self.extra_text = extra_text
+        self.setup_app = setup_app
         self.port = 0
         self._runner: web.AppRunner | None = None
 
@@ -78,6 +85,8 @@ class MetricsServer:
         app = web.Application()
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/health", self._health)
+        if self.setup_app is not None:
+            self.setup_app(app)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.requested_port)
@@ -90,7 +99,10 @@ class MetricsServer:
             self._runner = None
 
     async def _metrics(self, request: web.Request) -> web.Response:
-        return web.Response(body=render(self.container).encode(),
+        text = render(self.container)
+        if self.extra_text is not None:
+            text += self.extra_text()
+        return web.Response(body=text.encode(),
                             headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
     async def _health(self, request: web.Request) -> web.Response:

@@ -70,6 +70,8 @@ class ControllerConfig:
     namesrv_listen_port: int | None = _k("namesrvListenPort", None)
     gc_freeze_interval_ms: int = _k("gcFreezeIntervalMs", 10000)
     gc_full_collect_interval_ms: int = _k("gcFullCollectIntervalMs", 3600000)
+    metrics_port: int = _k("controllerMetricsPort", 0)  # /metrics (controller/metrics.py); 0: a free port, -1: off
+    metrics_listen_host: str = _k("controllerMetricsListenHost", "127.0.0.1")
 
     def __post_init__(self) -> None:
         def need(cond: bool, key: str, msg: str) -> None:
@@ -85,7 +87,7 @@ class ControllerConfig:
         need(self.read_mode in READ_MODES, "controllerReadMode", f"must be one of {', '.join(READ_MODES)}")
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
-            if isinstance(v, int) and not isinstance(v, bool) and f.name != "raft_port_offset":
+            if isinstance(v, int) and not isinstance(v, bool) and f.name not in ("raft_port_offset", "metrics_port"):
                 zero_ok = f.name in ("namesrv_listen_port", "gc_freeze_interval_ms", "gc_full_collect_interval_ms")
                 need(v >= 0 if zero_ok else v > 0, f.metadata["key"], f"must be {'>= 0' if zero_ok else 'positive'}, got {v}")
         need(0.0 < self.raft_lease_ratio < 1.0, "raftLeaseRatio", "must be between 0 and 1")
@@ -94,6 +96,8 @@ class ControllerConfig:
         for pid, addr in peers.items():
             port = split_addr(addr)[1] + self.raft_port_offset
             need(0 < port < 65536, "raftPortOffset", f"puts {pid}'s Raft port at {port}, outside 1..65535")
+        need(-1 <= self.metrics_port < 65536, "controllerMetricsPort", "must be a port number, 0 (any free) or -1 (off)")
+        need(bool(self.metrics_listen_host.strip()), "controllerMetricsListenHost", "must not be empty")
         if self.namesrv_listen_port is not None:
             need(self.namesrv_listen_port < 65536, "namesrvListenPort", "must be a port number")
 

@@ -17,6 +17,7 @@ from brokerd.remoting.connection import Dispatcher
 from brokerd.remoting.server import RemotingServer
 from controller.config import ControllerConfig
 from controller.gcpolicy import GcPolicy
+from controller.metrics import ControllerMetricsServer, RequestStats
 from controller.raft_port import RaftLike
 from controller.server import ControllerServer
 from controller.statemachine.machine import ControllerStateMachine
@@ -54,6 +55,8 @@ class ControllerDaemon:
         self.namesrv: Any = None
         self.namesrv_remoting: RemotingServer | None = None
         self.gc = GcPolicy(cfg.gc_freeze_interval_ms / 1000.0, cfg.gc_full_collect_interval_ms / 1000.0)
+        self.request_stats = RequestStats()
+        self.metrics: ControllerMetricsServer | None = None
 
     async def start(self) -> None:
         cfg = self.cfg
@@ -61,15 +64,21 @@ class ControllerDaemon:
         self.raft = self.raft_factory(cfg, self.sm)
         self.server = ControllerServer(cfg, self.raft, self.sm)
         dispatcher = Dispatcher("controller")
-        dispatcher.register_all(self.server.handlers())
+        dispatcher.register_all(self.request_stats.wrap_all(self.server.handlers()))
+        self.raft.on_leadership_change(self.request_stats.on_leadership)
         self.remoting = RemotingServer(dispatcher, cfg.listen_host, cfg.listen_port, name="controller")
         await self.server.start()
         await self.raft.start()
         await self.remoting.start()
         if cfg.namesrv_listen_port is not None:
             await self._start_namesrv(cfg.namesrv_listen_port)
+        if cfg.metrics_port >= 0:
+            self.metrics = ControllerMetricsServer(cfg.self_id, self.raft, self.server, self.request_stats,
+                                                   cfg.metrics_listen_host, cfg.metrics_port)
+            await self.metrics.start()
         self.gc.start()
         log.info("controller_started", self_id=cfg.self_id, group=cfg.group, port=self.remoting.port,
+                 metrics_port=self.metrics.port if self.metrics else None,
                  raft_addr=cfg.raft_peers[cfg.self_id], namesrv_port=self.namesrv_port, legacy=cfg.legacy_mode,
                  data_dir=cfg.data_dir)
 
@@ -91,6 +100,8 @@ class ControllerDaemon:
 
     async def stop(self) -> None:
         await self.gc.stop()
+        if self.metrics is not None:
+            await self.metrics.stop()
         if self.namesrv is not None:
             await self.namesrv.stop()
         if self.namesrv_remoting is not None:

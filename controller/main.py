@@ -53,7 +53,9 @@ async def serve(daemon: ControllerDaemon) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await daemon.start()
-    print(f"The Controller boot success. id={daemon.cfg.self_id} address={daemon.cfg.self_addr}", flush=True)
+    metrics = daemon.metrics.port if daemon.metrics else "-"
+    print(f"The Controller boot success. id={daemon.cfg.self_id} address={daemon.cfg.self_addr} "
+          f"metrics port {metrics}", flush=True)
     try:
         await stop.wait()
     finally:

@@ -1,0 +1,146 @@
+"""The dashboard's figures, pure: brokers (role, HA state, the `/metrics` counters), topics with per-queue offsets,
+consumer groups with lag, and the Prometheus lines for the figures `/metrics` did not have before (consumer lag,
+topic offsets).
+
+Every counter is read through `container.metrics.COUNTERS`, the table `/metrics` renders, and lag is computed
+once here for both the JSON API and `/metrics`: the dashboard and a Prometheus scrape show the same numbers by
+construction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+from typing import Any
+
+from brokerd.metadata.names import is_retry_or_dlq_topic
+from container.dashboard.context import DashboardBroker, DashboardDirectory
+from container.metrics import COUNTERS, escape_label
+
+TOPIC_GROUP_SEPARATOR = "@"
+
+
+def counters(broker: DashboardBroker, only: Collection[str] | None = None) -> dict[str, int]:
+    """The broker's `/metrics` series by name, or just those `only` names (one broken getter leaves only its own
+    series out, as there)."""
+    out: dict[str, int] = {}
+    for name, _kind, _help, get in COUNTERS:
+        if only is not None and name not in only:
+            continue
+        try:
+            out[name] = int(get(broker))
+        except Exception:  # noqa: BLE001 - same rule as the scrape: a broken figure must not hide the others
+            continue
+    return out
+
+
+def ha_view(status: dict[str, Any]) -> dict[str, Any]:
+    """A broker's replication state as the dashboard shows it (from `HostedBroker.ha_status()`)."""
+    max_offset = int(status.get("maxOffset", 0))
+    slaves = [{"id": sid, "ack": int(s["ack"]), "state": str(s.get("state", "")),
+               "lagBytes": max(0, max_offset - int(s["ack"]))}
+              for sid, s in sorted(status.get("slaves", {}).items())]
+    return {
+        "role": str(status.get("role", "")), "controllerMode": bool(status.get("controllerMode", False)),
+        "masterEpoch": int(status.get("masterEpoch", 0)), "maxOffset": max_offset,
+        "confirmOffset": int(status.get("confirmOffset", 0)),
+        "syncStateSet": [int(x) for x in status.get("syncStateSet", [])],
+        "syncStateSetEpoch": int(status.get("syncStateSetEpoch", 0)), "slaves": slaves,
+        "controllerLeader": status.get("controllerLeader") or "",
+        "masterHaAddr": status.get("masterHaAddr") or "",
+        "connected": bool(status.get("connected", False)),
+    }
+
+
+def broker_row(identity: str, broker: DashboardBroker) -> dict[str, Any]:
+    cfg = broker.cfg
+    status, last_error = broker.health()
+    try:
+        ha = ha_view(broker.ha_status())
+    except Exception as e:  # noqa: BLE001 - a broker whose HA state cannot be read still shows its counters
+        ha = {"error": str(e)}
+    return {"identity": identity, "cluster": cfg.broker_cluster_name, "name": cfg.broker_name,
+            "brokerId": cfg.broker_id, "addr": cfg.broker_addr, "configuredRole": cfg.broker_role,
+            "status": status, "lastError": last_error, "ha": ha, "metrics": counters(broker)}
+
+
+def overview(directory: DashboardDirectory) -> dict[str, Any]:
+    rows = [broker_row(ident, slot.broker) for ident, slot in sorted(directory.brokers.items())]
+    leaders = sorted({r["ha"].get("controllerLeader", "") for r in rows} - {""})
+    return {"brokers": rows, "brokerCount": len(rows), "controllerLeaders": leaders}
+
+
+def topic_rows(broker: DashboardBroker) -> list[dict[str, Any]]:
+    store = broker.store
+    out = []
+    table = broker.meta.topics
+    for name, tc in sorted(table.all().items()):
+        queues = []
+        for q in range(max(tc.read_queue_nums, tc.write_queue_nums)):
+            queues.append({"queueId": q, "minOffset": store.min_offset_in_queue(name, q),
+                           "maxOffset": store.max_offset_in_queue(name, q)})
+        out.append({"topic": name, "perm": tc.perm, "order": tc.order, "readQueueNums": tc.read_queue_nums,
+                    "writeQueueNums": tc.write_queue_nums, "system": table.is_system_topic(name),
+                    "retryOrDlq": is_retry_or_dlq_topic(name),
+                    "maxOffsetSum": sum(q["maxOffset"] for q in queues), "queues": queues})
+    return out
+
+
+def group_rows(broker: DashboardBroker) -> list[dict[str, Any]]:
+    """One row per (group, topic) with committed offsets: per queue the broker's max offset, the committed
+    offset and the lag (max - committed, never negative), plus the group's consumers online on this broker.
+    A group online on a topic it has not committed on yet has a row without queues (`committed` false)."""
+    store = broker.store
+    online = broker.consumers.groups
+    out = []
+    seen = set()
+    for key, offsets in broker.meta.offsets.table().items():
+        topic, _, group = key.partition(TOPIC_GROUP_SEPARATOR)
+        seen.add((group, topic))
+        queues = []
+        for q, committed in sorted(offsets.items()):
+            mx = store.max_offset_in_queue(topic, q)
+            queues.append({"queueId": q, "brokerOffset": mx, "consumerOffset": committed,
+                           "lag": max(0, mx - committed)})
+        info = online.get(group)
+        out.append({"group": group, "topic": topic, "online": len(info.client_ids()) if info is not None else 0,
+                    "committed": True, "lag": sum(q["lag"] for q in queues), "queues": queues})
+    for group, info in online.items():
+        for topic in info.subscriptions:
+            if (group, topic) not in seen:
+                out.append({"group": group, "topic": topic, "online": len(info.client_ids()), "committed": False,
+                            "lag": 0, "queues": []})
+    out.sort(key=lambda r: (r["group"], r["topic"]))
+    return out
+
+
+def per_broker(directory: DashboardDirectory,
+               build: Callable[[DashboardBroker], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """`build(broker)` for every hosted broker, as {identity, rows}; a broker that fails shows its error."""
+    out = []
+    for ident, slot in sorted(directory.brokers.items()):
+        try:
+            out.append({"identity": ident, "rows": build(slot.broker)})
+        except Exception as e:  # noqa: BLE001 - one broken broker must not blank the page for the others
+            out.append({"identity": ident, "rows": [], "error": str(e)})
+    return out
+
+
+def prometheus_lines(directory: DashboardDirectory) -> list[str]:
+    """`rocketmq_consumer_lag_messages{broker,group,topic}` and `rocketmq_topic_max_offset_sum{broker,topic}`."""
+    lag = ["# HELP rocketmq_consumer_lag_messages Messages a group has not consumed on a topic (max - committed)",
+           "# TYPE rocketmq_consumer_lag_messages gauge"]
+    tops = ["# HELP rocketmq_topic_max_offset_sum Sum of the next queue offsets of a topic's queues",
+            "# TYPE rocketmq_topic_max_offset_sum gauge"]
+    for entry in per_broker(directory, group_rows):
+        b = escape_label(entry["identity"])
+        for r in entry["rows"]:
+            if not r["committed"]:
+                continue  # no committed offset: no lag to report
+            lag.append(f'rocketmq_consumer_lag_messages{{broker="{b}",group="{escape_label(r["group"])}",'
+                       f'topic="{escape_label(r["topic"])}"}} {r["lag"]}')
+    for entry in per_broker(directory, topic_rows):
+        b = escape_label(entry["identity"])
+        for r in entry["rows"]:
+            tops.append(f'rocketmq_topic_max_offset_sum{{broker="{b}",topic="{escape_label(r["topic"])}"}} '
+                        f'{r["maxOffsetSum"]}')
+    return lag + tops
