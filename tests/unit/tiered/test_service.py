@@ -63,6 +63,22 @@ class RecordingBackend(PosixBackend):
         super().put(name, data)
 
 
+async def uploaded(make_store: Any, tmp_path: pathlib.Path, messages: int, segments: int, cfg: TierConfig = CFG,
+                   *, expired: bool = False) -> tuple[PosixBackend, MessageStore, TieredService]:  # fmt: skip
+    """A master store ``a`` of ``messages`` whose tier holds at least ``segments`` segments (``expired``: and has
+    dropped its oldest chunks); its service stopped."""
+    backend = PosixBackend(tmp_path / "tier")
+    a = await make_store(tmp_path / "a", mapped_file_size_commit_log=SEG)
+    a.append_epoch(1, 0)
+    ta = TieredService(cfg, a, backend, HOST)
+    ta.on_master(1, 0)
+    fill(a, messages)
+    await until(lambda: ta.manifest.end >= segments * SEG and (not expired or ta.manifest.min_offset > 0),
+                "segments in the tier")  # fmt: skip
+    await ta.stop()
+    return backend, a, ta
+
+
 def chain(backend: PosixBackend) -> list[Manifest]:
     return [Manifest.decode(backend.get(n)) for n in backend.list(MANIFEST_PREFIX)]
 
@@ -113,14 +129,7 @@ async def test_a_new_master_resumes_at_the_breakpoint_and_the_deposed_one_is_fen
 
 async def test_an_empty_store_bootstraps_from_the_tier_and_serves_the_whole_range(
         make_store: Any, tmp_path: pathlib.Path) -> None:  # fmt: skip
-    backend = PosixBackend(tmp_path / "tier")
-    a = await make_store(tmp_path / "a", mapped_file_size_commit_log=SEG)
-    a.append_epoch(1, 0)
-    ta = TieredService(CFG, a, backend, HOST)
-    ta.on_master(1, 0)
-    fill(a, 300)
-    await until(lambda: ta.manifest.end >= 3 * SEG, "segments in the tier")
-    await ta.stop()
+    backend, a, _ = await uploaded(make_store, tmp_path, 300, 3)
 
     empty = await make_store(tmp_path / "empty", mapped_file_size_commit_log=SEG)
     te = TieredService(CFG, empty, backend, HOST)
@@ -154,15 +163,8 @@ async def test_chunks_smaller_than_a_segment_end_at_record_boundaries(make_store
 
 async def test_the_tier_keeps_data_for_its_own_retention_then_drops_whole_chunks(
         make_store: Any, tmp_path: pathlib.Path) -> None:  # fmt: skip
-    backend = PosixBackend(tmp_path / "tier")
-    a = await make_store(tmp_path / "a", mapped_file_size_commit_log=SEG)
-    a.append_epoch(1, 0)
     keep_briefly = TierConfig(segment_size=SEG, chunk_bytes=SEG, upload_interval_ms=10, reserved_hours=1e-6)
-    ta = TieredService(keep_briefly, a, backend, HOST)
-    ta.on_master(1, 0)
-    fill(a, 400)
-    await until(lambda: ta.manifest.end >= 5 * SEG and ta.manifest.min_offset > 0, "old chunks expired from the tier")
-    await ta.stop()
+    backend, a, ta = await uploaded(make_store, tmp_path, 400, 5, keep_briefly, expired=True)
     m = chain(backend)[-1]
     kept = {c.name for c in m.chunks}
     assert m.min_offset % SEG == 0 and len(kept) >= 1 and ta.trimmed_chunks >= 1
@@ -175,14 +177,7 @@ async def test_an_empty_store_with_short_local_retention_serves_older_data_from_
     """Local retention shorter than the tier's: the bootstrap fetches only the tier's last segment as log, and
     for the older chunks their queue index, so consume queues and the key index still reach back to the tier's
     start; those reads are served from the tier."""
-    backend = PosixBackend(tmp_path / "tier")
-    a = await make_store(tmp_path / "a", mapped_file_size_commit_log=SEG)
-    a.append_epoch(1, 0)
-    ta = TieredService(CFG, a, backend, HOST)
-    ta.on_master(1, 0)
-    fill(a, 300)
-    await until(lambda: ta.manifest.end >= 4 * SEG, "segments in the tier")
-    await ta.stop()
+    backend, a, _ = await uploaded(make_store, tmp_path, 300, 4)
     tier_end = chain(backend)[-1].end
 
     empty = await make_store(tmp_path / "empty", mapped_file_size_commit_log=SEG)
