@@ -52,6 +52,11 @@ async def until(cond: Callable[[], bool], timeout: float, what: str) -> None:
 
 
 async def test_dashboard_pages_in_chromium_while_producing(tmp_path: pathlib.Path) -> None:
+    # bounded as a whole: a browser or client that stops answering fails the test instead of holding the suite
+    await asyncio.wait_for(pages_in_chromium_while_producing(tmp_path), 240)
+
+
+async def pages_in_chromium_while_producing(tmp_path: pathlib.Path) -> None:
     port = broker_port()
     conf = write_broker_conf(tmp_path / "b.conf", name="broker-a", port=port, store=tmp_path / "store")
     c = BrokerContainer(ContainerConfig(listen_port=0, embedded_namesrv_port=0, metrics_port=0,
@@ -139,6 +144,6 @@ async def test_dashboard_pages_in_chromium_while_producing(tmp_path: pathlib.Pat
         for proc in (producer, consumer):
             if proc is not None:
                 proc.kill()
-        await browser.stop()
-        await c.stop()
+        await asyncio.wait_for(browser.stop(), 30)
+        await asyncio.wait_for(c.stop(), 60)
     publish_screenshots(shots)

@@ -4,6 +4,7 @@ brokers' roles, the sync state set and the controller leader, and the controller
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import pathlib
@@ -94,8 +95,8 @@ async def test_ha_overview_in_chromium(ha: HACluster, tmp_path: pathlib.Path) ->
     port = wait_for(functools.partial(container_port, ha, 0), 30, "container 0's boot line")
     browser = Chromium(tmp_path / "chromium")
     try:
-        await browser.start()
-        page = await browser.new_page()
+        await asyncio.wait_for(browser.start(), 60)
+        page = await asyncio.wait_for(browser.new_page(), 30)
         await page.goto(f"http://127.0.0.1:{port}/dashboard/#overview")
         cell = "[...document.querySelectorAll('[data-{0}]')].find(e => e.dataset.{0}.includes(':{1}:'))?.textContent"
         await page.wait_for(f"document.querySelector('[data-card=\"controller_leader\"]').textContent.includes(':')"
@@ -104,7 +105,7 @@ async def test_ha_overview_in_chromium(ha: HACluster, tmp_path: pathlib.Path) ->
                             "the controller leader, broker-a's 2-member sync state set, broker-b a slave")
         await page.screenshot(tmp_path / "shots" / "overview-ha.png")
         assert page.errors == [], page.errors
-        await page.close()
+        await asyncio.wait_for(page.close(), 15)
     finally:
-        await browser.stop()
+        await asyncio.wait_for(browser.stop(), 30)
     publish_screenshots(tmp_path / "shots")
