@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 import structlog
 
+from brokerd.acl import load_plain_acl
+from brokerd.acl.glue import AclGuard, namesrv_guard
 from brokerd.broker import Broker
 from brokerd.broker_config import BrokerConfig, load_broker_config
 from brokerd.config_file import ConfigError
@@ -53,6 +55,9 @@ class BrokerContainer:
         self.namesrv: NamesrvService | None = None
         self.metrics: MetricsServer | None = None
         self.quota = DiskQuota(self, cfg)
+        # ACL on: the admin port serves admin accounts only (AclConfigError, a ConfigError, names a bad file)
+        self.acl = AclGuard(cfg.acl_file_path, admin_only=True) if cfg.acl_enable else None
+        self.admin_dispatcher.guard = self.acl
         self._lock = asyncio.Lock()
         self._stopping = False
         ROUTER.enabled = cfg.isolate_log_enable
@@ -70,14 +75,16 @@ class BrokerContainer:
             self.namesrv = NamesrvService(NamesrvConfig(listen_port=self.cfg.embedded_namesrv_port))
             d = Dispatcher("namesrv")
             d.register_all(self.namesrv.handlers())
+            d.guard = namesrv_guard(self.cfg.acl_file_path) if self.cfg.acl_enable else None
             self.namesrv_server = RemotingServer(d, port=self.cfg.embedded_namesrv_port, name="namesrv")
             await self.namesrv_server.start()
             await self.namesrv.start()
         register_admin(self, self.admin_dispatcher)
-        self.admin_server = RemotingServer(self.admin_dispatcher, port=self.cfg.listen_port, name="container-admin")
+        self.admin_server = RemotingServer(self.admin_dispatcher, self.cfg.admin_listen_host, self.cfg.listen_port,
+                                           name="container-admin")
         await self.admin_server.start()
         if self.cfg.metrics_port >= 0:
-            self.metrics = MetricsServer(self, self.cfg.metrics_port)
+            self.metrics = MetricsServer(self, self.cfg.metrics_port, self.cfg.metrics_listen_host)
             await self.metrics.start()
         for path in self.cfg.broker_paths + [p for p in self._load_state() if p not in self.cfg.broker_paths]:
             try:
@@ -112,7 +119,10 @@ class BrokerContainer:
         if not os.path.isfile(path):
             raise ContainerError(ResponseCode.SYSTEM_ERROR, f"broker config file not found or unreadable: {path}")
         try:
-            return load_broker_config(path)
+            cfg = load_broker_config(path)
+            if cfg.acl_enable:
+                load_plain_acl(cfg.acl_file_path)  # a missing or malformed file fails here, naming it
+            return cfg
         except ConfigError as e:
             raise ContainerError(ResponseCode.SYSTEM_ERROR, f"invalid broker config {path}: {e}") from e
 

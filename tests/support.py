@@ -198,11 +198,12 @@ def received(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 async def arpc(addr: str, code: int, ext: dict[str, str] | None = None, body: bytes | None = None,
-               timeout: float = 5.0) -> Any:
-    """One remoting request on a fresh connection (our own wire client)."""
+               timeout: float = 5.0, creds: tuple[str, str] | None = None) -> Any:
+    """One remoting request on a fresh connection (our own wire client; signed with ``creds`` (ACL))."""
+    from brokerd.acl.glue import signing_client
     from brokerd.remoting import RemotingClient, request
 
-    client = RemotingClient()
+    client = signing_client(*creds) if creds else RemotingClient()
     try:
         return await client.invoke(addr, request(code, ext or {}, body), timeout)
     finally:
@@ -210,20 +211,21 @@ async def arpc(addr: str, code: int, ext: dict[str, str] | None = None, body: by
 
 
 def rpc(addr: str, code: int, ext: dict[str, str] | None = None, body: bytes | None = None,
-        timeout: float = 5.0) -> Any:
+        timeout: float = 5.0, creds: tuple[str, str] | None = None) -> Any:
     """Blocking `arpc` for synchronous tests."""
     import asyncio
 
-    return asyncio.run(arpc(addr, code, ext, body, timeout))
+    return asyncio.run(arpc(addr, code, ext, body, timeout, creds))
 
 
 class Cluster:
     """An mqbrokercontainer subprocess with an embedded name server and N brokers, on free ports."""
 
     def __init__(self, tmp: pathlib.Path, brokers: int = 1, container_extra: dict[str, Any] | None = None,
-                 **broker_extra: Any) -> None:
+                 admin_creds: tuple[str, str] | None = None, **broker_extra: Any) -> None:
         container_extra = container_extra or {}
         self.tmp = tmp
+        self.admin_creds = admin_creds  # ACL on: the admin account the readiness checks sign with
         self.namesrv_port = free_port()
         self.admin_port = free_port()
         self.ports: list[int] = []
@@ -257,7 +259,7 @@ class Cluster:
         return self
 
     def _registered(self) -> bool:
-        r = rpc(self.namesrv, 105, {"topic": "TBW102"})
+        r = rpc(self.namesrv, 105, {"topic": "TBW102"}, creds=self.admin_creds)
         if r.code != 0:
             return False
         import orjson

@@ -1,0 +1,121 @@
+"""ACL on (aclEnable=true, RocketMQ's sample accounts): the real C++-core client with credentials produces and
+consumes; wrong secrets, denied topics and missing credentials are refused and store nothing; admin codes on
+the broker, the container admin port and the name server need the admin account; the file is reloaded."""
+
+from __future__ import annotations
+
+import pathlib
+import shutil
+
+import orjson
+import pytest
+
+from tests.support import ClientRun, Cluster, rpc, wait_for
+
+pytestmark = pytest.mark.integration
+
+SAMPLE = pathlib.Path(__file__).resolve().parents[2] / "conf" / "acl" / "plain_acl.yml"
+USER = ("RocketMQ", "12345678")
+ADMIN = ("rocketmq2", "12345678")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory):
+    tmp = tmp_path_factory.mktemp("acl")
+    acl = tmp / "plain_acl.yml"
+    shutil.copy(SAMPLE, acl)
+    c = Cluster(tmp, brokers=1, admin_creds=ADMIN,
+                container_extra={"aclEnable": "true", "aclFilePath": acl},
+                aclEnable="true", aclFilePath=acl, aclAccessKey=ADMIN[0], aclSecretKey=ADMIN[1]).start()
+    c.acl_path = acl  # type: ignore[attr-defined]
+    yield c
+    assert c.stop() == 0, c.daemon.output()[-3000:] if c.daemon else ""
+
+
+def routable(c: Cluster, topic: str) -> bool:
+    return rpc(c.namesrv, 105, {"topic": topic}, creds=ADMIN).code == 0
+
+
+def produce(c: Cluster, tmp: pathlib.Path, topic: str, count: int, **creds: str) -> list[dict[str, object]]:
+    _, rows = ClientRun("produce", c.client_env(TOPIC=topic, COUNT=count, SEND_TIMEOUT_MS=3000, **creds),
+                        tmp).wait(120)
+    return [r for r in rows if "sent" in r]
+
+
+def max_offsets(c: Cluster, topic: str) -> int:
+    total = 0
+    for q in range(8):
+        r = rpc(c.broker_addr(), 30, {"topic": topic, "queueId": str(q)}, creds=ADMIN)
+        total += int(r.ext.get("offset", 0)) if r.code == 0 else 0
+    return total
+
+
+def test_permitted_account_produces_and_consumes(cluster: Cluster, tmp_path: pathlib.Path) -> None:
+    rows = produce(cluster, tmp_path / "p", "topicB", 30, ACCESS_KEY=USER[0], SECRET_KEY=USER[1])
+    assert len(rows) == 30 and all(r.get("status") == "OK" for r in rows), rows[:3]
+    consumer = ClientRun("push", cluster.client_env(TOPIC="topicB", GROUP="groupB", COUNT=30, TIMEOUT=60,
+                                                    ACCESS_KEY=USER[0], SECRET_KEY=USER[1]), tmp_path / "c")
+    try:
+        wait_for(lambda: len({d["props"]["seq"] for d in consumer.received()}) >= 30, 60, "30 messages consumed")
+    finally:
+        consumer.kill()
+    # offsets were committed for the permitted group
+    committed = [rpc(cluster.broker_addr(), 14, {"consumerGroup": "groupB", "topic": "topicB", "queueId": str(q)},
+                     creds=ADMIN) for q in range(8)]
+    assert any(r.code == 0 and int(r.ext.get("offset", 0)) > 0 for r in committed)
+
+
+@pytest.mark.parametrize("topic, creds", [
+    ("topicB", {"ACCESS_KEY": USER[0], "SECRET_KEY": "wrong-secret"}),  # wrong secret
+    ("topicA_none", {}),  # no credentials: the C++ client sends empty AccessKey/Signature
+    ("topicA", {"ACCESS_KEY": USER[0], "SECRET_KEY": USER[1]}),  # topicA=DENY
+    ("topicC", {"ACCESS_KEY": USER[0], "SECRET_KEY": USER[1]}),  # topicC=SUB: no PUB
+    ("topicZ", {"ACCESS_KEY": USER[0], "SECRET_KEY": USER[1]}),  # defaultTopicPerm=DENY
+])
+def test_refused_sends_store_nothing(cluster: Cluster, tmp_path: pathlib.Path, topic: str,
+                                     creds: dict[str, str]) -> None:
+    before = max_offsets(cluster, topic)
+    rows = produce(cluster, tmp_path / "p", topic, 3, **creds)
+    assert rows and not any(r.get("status") == "OK" for r in rows), rows
+    assert max_offsets(cluster, topic) == before
+    if topic != "topicB":
+        assert not routable(cluster, topic), "a refused send must not create its topic"
+
+
+def test_admin_codes_need_the_admin_account(cluster: Cluster) -> None:
+    create = {"topic": "T_admin_made", "readQueueNums": "4", "writeQueueNums": "4", "perm": "6"}
+    r = rpc(cluster.broker_addr(), 17, create, creds=USER)
+    assert r.code == 16 and "admin" in (r.remark or "")
+    assert rpc(cluster.broker_addr(), 17, create).code == 16
+    assert rpc(cluster.broker_addr(), 17, create, creds=ADMIN).code == 0
+    # the container admin port: admin accounts only
+    admin = f"127.0.0.1:{cluster.admin_port}"
+    assert rpc(admin, 910).code == 16 and rpc(admin, 910, creds=USER).code == 16
+    r = rpc(admin, 910, creds=ADMIN)
+    assert r.code == 0 and orjson.loads(r.body)["brokers"]
+    # the name server: reads need an account, writes the admin account
+    assert rpc(cluster.namesrv, 105, {"topic": "TBW102"}).code == 16
+    assert rpc(cluster.namesrv, 105, {"topic": "TBW102"}, creds=USER).code == 0
+    kv = {"namespace": "ORDER_TOPIC_CONFIG", "key": "topicB", "value": "broker-a:4"}
+    assert rpc(cluster.namesrv, 100, kv, creds=USER).code == 16
+    assert rpc(cluster.namesrv, 100, kv, creds=ADMIN).code == 0
+    # a pull of a denied topic / group
+    pull = {"consumerGroup": "groupC", "topic": "topicA", "queueId": "0", "queueOffset": "0", "maxMsgNums": "1",
+            "sysFlag": "0", "commitOffset": "0", "suspendTimeoutMillis": "0", "subscription": "*", "subVersion": "0"}
+    r = rpc(cluster.broker_addr(), 11, pull, creds=USER)
+    assert r.code == 16 and "topic:topicA" in (r.remark or "")
+    r = rpc(cluster.broker_addr(), 11, {**pull, "consumerGroup": "groupA", "topic": "topicB"}, creds=USER)
+    assert r.code == 16 and "group:groupA" in (r.remark or "")
+
+
+def test_file_reload(cluster: Cluster) -> None:
+    create = {"topic": "T_after_reload", "readQueueNums": "4", "writeQueueNums": "4", "perm": "6"}
+    assert rpc(cluster.broker_addr(), 17, create, creds=USER).code == 16
+    path: pathlib.Path = cluster.acl_path  # type: ignore[attr-defined]
+    original = path.read_text()
+    path.write_text(original.replace("    admin: false", "    admin: true"))
+    try:
+        wait_for(lambda: rpc(cluster.broker_addr(), 17, create, creds=USER).code == 0, 15, "the file reloaded")
+    finally:
+        path.write_text(original)
+    wait_for(lambda: rpc(cluster.broker_addr(), 17, create, creds=USER).code == 16, 15, "reloaded back")
