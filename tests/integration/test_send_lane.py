@@ -467,3 +467,69 @@ async def test_real_client_sends_take_the_lane_when_they_can(tmp_path: Path, cap
         assert int(tr.frames[1].ext["queueOffset"]) == int(tr.frames[0].ext["queueOffset"]) + 1
     finally:
         await b.shutdown()
+
+
+ACL_YML = """accounts:
+  - accessKey: laneUser1
+    secretKey: laneSecret1
+    defaultTopicPerm: DENY
+    topicPerms: [LaneA=PUB, LaneB=PUB|SUB, Lane_C-%s=SUB]
+""".replace("%s", "x" * 100)
+
+
+def signed_send(rnd: random.Random, i: int) -> bytes:
+    """A send signed by laneUser1 (sometimes badly, by a stranger or not at all), JSON with numbers as JSON
+    numbers (as the C++ client sends them), JSON strings or a binary header."""
+    import struct
+
+    from brokerd.acl import sign_request
+
+    topic = rnd.choice(TOPICS)
+    props = {"UNIQ_KEY": f"A{i:031d}", "WAIT": "true", "TAGS": rnd.choice(["TagA", "t\u00e9g"])}
+    ext = dict(zip("abcdefghijklm", ("pg", topic, "TBW102", "4", str(rnd.randrange(4)), "0", "1700000000123", "0",
+                                     encode_properties(props).decode(), "0", "false", "16", "false"), strict=True))
+    ext["OnsChannel"] = "ALIYUN"
+    body = bytes(rnd.getrandbits(8) for _ in range(rnd.randint(0, 200)))
+    cmd = request(310, ext, body)
+    cmd.opaque = i
+    kind = rnd.random()
+    sign_request(cmd, "stranger1" if kind < 0.05 else "laneUser1", "laneSecret1")
+    if kind < 0.1:
+        cmd.body = body + b"!"  # tampered after signing
+    elif kind < 0.13:
+        cmd.ext.pop("Signature")
+    if rnd.random() < 0.3:
+        return encode_binary(cmd)
+    if rnd.random() < 0.5:
+        return encode(cmd)
+    header = {"code": 310, "flag": 0, "language": "CPP", "opaque": i, "version": 333,
+              "extFields": {k: int(v) if k in "defhl" else v for k, v in cmd.ext.items()}}
+    h = json.dumps(header).encode()
+    return struct.pack(">iI", 4 + len(h) + len(cmd.body or b""), len(h)) + h + (cmd.body or b"")
+
+
+async def test_acl_sends_through_the_lane_match_the_python_path(tmp_path: Path) -> None:
+    """ACL on: the lane takes only sends signed by an account the Python check admitted for the topic; bad
+    signatures, strangers, unsigned and not-permitted topics get the Python path's NO_PERMISSION answers."""
+    acl = tmp_path / "plain_acl.yml"
+    acl.write_text(ACL_YML)
+    rnd = random.Random(5)
+    frames = [signed_send(rnd, i) for i in range(1, 401)]
+    (a, ca, ta), (b, cb, tb) = [await start_broker(tmp_path / name, lane, acl_enable=True, acl_file_path=str(acl))
+                                for name, lane in (("a", True), ("b", False))]  # fmt: skip
+    try:
+        feed(ca, frames, 3)
+        feed(cb, frames, 4)
+        await all_answered(ta, tb)
+        ra, rb = answers(ta), answers(tb)
+        assert ra == rb and len(ra) == 400
+        codes = [c for c, _, _ in ra.values()]
+        assert codes.count(ResponseCode.NO_PERMISSION) > 100 and codes.count(0) > 150
+        assert records(a) == records(b) and queues(a) == queues(b)
+        assert all(r[0] != TOPICS[2] for r in records(a)), "a SUB-only topic got a message"
+        assert a.send_lane is not None and a.send_lane.handled > 100, "the lane must take the signed sends"
+        misses = a.send_lane.acl_misses()
+        assert misses["signature_mismatch"] > 0 and misses["not_admitted"] > 0, misses
+    finally:
+        await a.shutdown()
+        await b.shutdown()
