@@ -300,8 +300,13 @@ class Broker:
         if "brokerPermission" in props:
             asyncio.get_running_loop().create_task(self.register_all())
 
+    @property
+    def acl_denied(self) -> int:
+        return self.acl.validator.denied if self.acl is not None else 0
+
     def runtime_info(self) -> dict[str, Any]:
         st = self.store
+        lane = self.send_lane
         return {
             "brokerVersion": "479", "brokerVersionDesc": "V5_3_3", "brokerRole": self.cfg.broker_role,
             "msgPutTotalTodayNow": self.stats.msgs_in, "msgGetTotalTodayNow": self.stats.msgs_out,
@@ -311,6 +316,8 @@ class Broker:
             "haServerAddr": f"{self.cfg.broker_ip1}:{self.replication.ha.port}",
             "masterEpoch": self.replication.master_epoch, "masterAddr": self.master_addr or "",
             **self.replication.sync_counters(),
+            "sendLaneMsgs": lane.handled if lane is not None else 0, "aclDenied": self.acl_denied,
+            **({f"sendLaneAclMiss.{k}": v for k, v in lane.acl_misses().items()} if lane and self.acl else {}),
             "bootTimestamp": int(time.time() * 1000), "status": self.health()[0], "lastError": self.health()[1],
         }
 
