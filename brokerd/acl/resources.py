@@ -24,6 +24,12 @@ NAMESRV_ADMIN_CODES: Final = frozenset({
     C.ADD_WRITE_PERM_OF_BROKER, C.DELETE_TOPIC_IN_NAMESRV, C.REGISTER_TOPIC_IN_NAMESRV, C.UPDATE_NAMESRV_CONFIG,
 })
 
+# the controller's admin requests: electMaster (brokers in controller mode sign it with aclAccessKey), the
+# controller config, cleanBrokerMetadata
+CONTROLLER_ADMIN_CODES: Final = frozenset({
+    C.CONTROLLER_ELECT_MASTER, C.UPDATE_CONTROLLER_CONFIG, C.GET_CONTROLLER_CONFIG, C.CLEAN_BROKER_DATA,
+})
+
 
 def group_resource(group: str) -> str:
     return RETRY_PREFIX + group

@@ -119,3 +119,25 @@ def test_file_reload(cluster: Cluster) -> None:
     finally:
         path.write_text(original)
     wait_for(lambda: rpc(cluster.broker_addr(), 17, create, creds=USER).code == 16, 15, "reloaded back")
+
+
+def test_controller_admin_requests_need_the_admin_account(tmp_path: pathlib.Path) -> None:
+    from tests.integration.controller.cluster import ControllerProcs
+
+    acl = tmp_path / "plain_acl.yml"
+    shutil.copy(SAMPLE, acl)
+    procs = ControllerProcs(tmp_path, n=1, extra={"aclEnable": "true", "aclFilePath": str(acl)})
+    procs.start_all()
+    try:
+        addr = procs.addrs[0]
+        wait_for(lambda: rpc(addr, 1010, creds=ADMIN, timeout=1.0).code == 0, 30, "the controller answers")
+        r = rpc(addr, 1010, creds=ADMIN)
+        assert b"aclEnable=true" in r.body
+        for creds in (None, USER, (ADMIN[0], "wrong-secret")):
+            for code in (1009, 1010, 1011):
+                assert rpc(addr, code, {"brokerName": "b", "isCleanLivingBroker": "false"}, b"x=1",
+                           creds=creds).code == 16, (code, creds)
+        # the brokers' own requests are served as before (a metadata query: not refused)
+        assert rpc(addr, 1005).code != 16
+    finally:
+        procs.stop_all()
