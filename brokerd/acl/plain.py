@@ -149,3 +149,16 @@ def load_plain_acl(path: str) -> PlainAcl:
     except yaml.YAMLError as e:
         raise AclConfigError(f"{path}: not valid YAML: {e}") from None
     return parse_plain_acl(data, path)
+
+
+def load_tools_credentials(path: str) -> tuple[str, str]:
+    """(accessKey, secretKey) of a tools credentials file (RocketMQ's conf/tools.yml: ``accessKey: ...``,
+    ``secretKey: ...``); AclConfigError when it is unreadable or lacks either."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.safe_load(f)
+    except (OSError, yaml.YAMLError) as e:
+        raise AclConfigError(f"{path}: cannot read credentials: {e}") from None
+    if not isinstance(data, dict) or not data.get("accessKey") or not data.get("secretKey"):
+        raise AclConfigError(f"{path}: accessKey and secretKey are required")
+    return _text(data["accessKey"]), _text(data["secretKey"])

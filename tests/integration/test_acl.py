@@ -141,3 +141,27 @@ def test_controller_admin_requests_need_the_admin_account(tmp_path: pathlib.Path
         assert rpc(addr, 1005).code != 16
     finally:
         procs.stop_all()
+
+
+def test_mqadmin_signs_with_its_credentials(cluster: Cluster, tmp_path: pathlib.Path) -> None:
+    import subprocess
+    import sys
+
+    def mqadmin(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "brokerd.admin.cli", *args], capture_output=True, text=True,
+                              timeout=60, cwd=str(SAMPLE.parents[2]))
+
+    container = f"127.0.0.1:{cluster.admin_port}"
+    r = mqadmin("listBrokers", "-c", container)
+    assert r.returncode == 1 and "code=16" in r.stderr
+    r = mqadmin("listBrokers", "-c", container, "--accessKey", USER[0], "--secretKey", USER[1])
+    assert r.returncode == 1 and "admin" in r.stderr
+    r = mqadmin("listBrokers", "-c", container, "--accessKey", ADMIN[0], "--secretKey", ADMIN[1])
+    assert r.returncode == 0 and "broker-a" in r.stdout, r.stderr
+    tools = tmp_path / "tools.yml"
+    tools.write_text(f"accessKey: {ADMIN[0]}\nsecretKey: {ADMIN[1]}\n")
+    r = mqadmin("--credentialsFile", str(tools), "updateTopic", "-b", cluster.broker_addr(), "-t", "T_by_mqadmin")
+    assert r.returncode == 0, r.stderr
+    assert mqadmin("updateTopic", "-b", cluster.broker_addr(), "-t", "T_by_mqadmin2").returncode == 1
+    r = mqadmin("getControllerConfig", "-a", "127.0.0.1:1", "--accessKey", ADMIN[0])
+    assert r.returncode == 2 and "together" in r.stderr
