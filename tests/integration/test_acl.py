@@ -53,16 +53,19 @@ def max_offsets(c: Cluster, topic: str) -> int:
 def test_permitted_account_produces_and_consumes(cluster: Cluster, tmp_path: pathlib.Path) -> None:
     rows = produce(cluster, tmp_path / "p", "topicB", 30, ACCESS_KEY=USER[0], SECRET_KEY=USER[1])
     assert len(rows) == 30 and all(r.get("status") == "OK" for r in rows), rows[:3]
-    consumer = ClientRun("push", cluster.client_env(TOPIC="topicB", GROUP="groupB", COUNT=30, TIMEOUT=60,
+    consumer = ClientRun("push", cluster.client_env(TOPIC="topicB", GROUP="groupB", COUNT=30, TIMEOUT=60, LINGER_S=30,
                                                     ACCESS_KEY=USER[0], SECRET_KEY=USER[1]), tmp_path / "c")
+
+    def committed() -> int:
+        rs = [rpc(cluster.broker_addr(), 14, {"consumerGroup": "groupB", "topic": "topicB", "queueId": str(q)},
+                  creds=ADMIN) for q in range(8)]
+        return sum(int(r.ext.get("offset", 0)) for r in rs if r.code == 0)
+
     try:
         wait_for(lambda: len({d["props"]["seq"] for d in consumer.received()}) >= 30, 60, "30 messages consumed")
+        wait_for(lambda: committed() >= 30, 30, "the permitted group's offsets committed")
     finally:
         consumer.kill()
-    # offsets were committed for the permitted group
-    committed = [rpc(cluster.broker_addr(), 14, {"consumerGroup": "groupB", "topic": "topicB", "queueId": str(q)},
-                     creds=ADMIN) for q in range(8)]
-    assert any(r.code == 0 and int(r.ext.get("offset", 0)) > 0 for r in committed)
 
 
 @pytest.mark.parametrize("topic, creds", [
@@ -165,3 +168,44 @@ def test_mqadmin_signs_with_its_credentials(cluster: Cluster, tmp_path: pathlib.
     assert mqadmin("updateTopic", "-b", cluster.broker_addr(), "-t", "T_by_mqadmin2").returncode == 1
     r = mqadmin("getControllerConfig", "-a", "127.0.0.1:1", "--accessKey", ADMIN[0])
     assert r.returncode == 2 and "together" in r.stderr
+
+
+def test_config_blacklist_secret_masking_and_name_validation(cluster: Cluster) -> None:
+    addr = cluster.broker_addr()
+    for key, value in (("storePathRootDir", "/tmp/elsewhere"), ("haMasterAddress", "10.0.0.9:10912"),  # noqa: S108
+                       ("aclEnable", "false"), ("aclFilePath", "/tmp/open.yml"), ("namesrvAddr", "10.0.0.9:9876")):  # noqa: S108
+        r = rpc(addr, 25, body=f"{key}={value}\n".encode(), creds=ADMIN)
+        assert r.code == 16 and key in (r.remark or ""), (key, r.code, r.remark)
+    r = rpc(addr, 26, creds=ADMIN)
+    text = (r.body or b"").decode()
+    assert r.code == 0 and "aclSecretKey=***" in text and ADMIN[1] not in text
+    # names that could reach outside the store directory are refused, nothing is created for them
+    for topic in ("../escape", "a/b", "..", "x" * 200):
+        r = rpc(addr, 17, {"topic": topic, "readQueueNums": "1", "writeQueueNums": "1", "perm": "6"}, creds=ADMIN)
+        assert r.code != 0, topic
+    body = orjson.dumps({"groupName": "../g", "consumeEnable": True})
+    assert rpc(addr, 200, body=body, creds=ADMIN).code != 0
+    assert not list(cluster.tmp.parent.rglob("*escape*")), "a refused topic name reached the file system"
+
+
+def denied(c: Cluster) -> int:
+    return int(orjson.loads(rpc(c.broker_addr(), 28, creds=ADMIN).body)["table"]["aclDenied"])
+
+
+@pytest.mark.parametrize("topic, group", [("topicB", "groupA"), ("topicA", "groupB")])
+def test_refused_consumer_gets_nothing_and_registers_nothing(cluster: Cluster, tmp_path: pathlib.Path, topic: str,
+                                                             group: str) -> None:
+    rows = produce(cluster, tmp_path / "p", "topicB", 3, ACCESS_KEY=ADMIN[0], SECRET_KEY=ADMIN[1])
+    assert all(r.get("status") == "OK" for r in rows)
+    rpc(cluster.broker_addr(), 17, {"topic": "topicA", "readQueueNums": "4", "writeQueueNums": "4", "perm": "6"},
+        creds=ADMIN)
+    before = denied(cluster)
+    consumer = ClientRun("push", cluster.client_env(TOPIC=topic, GROUP=group, COUNT=1, TIMEOUT=60,
+                                                    ACCESS_KEY=USER[0], SECRET_KEY=USER[1]), tmp_path / "c")
+    try:
+        wait_for(lambda: denied(cluster) > before, 30, "the consumer's heartbeat refused")
+        r = rpc(cluster.broker_addr(), 38, {"consumerGroup": group}, creds=ADMIN)
+        assert r.code != 0 or not orjson.loads(r.body)["consumerIdList"], "a refused consumer was registered"
+        assert consumer.received() == []
+    finally:
+        consumer.kill()
