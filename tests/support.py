@@ -149,13 +149,14 @@ class ClientRun:
     """The real RocketMQ client (C++ core) running tests/clients/rmq_client.py in its own venv.
     Its JSON output lines are collected as they arrive (`rows`, with when each arrived in `arrived`, monotonic)."""
 
-    def __init__(self, mode: str, env: dict[str, Any], log_dir: pathlib.Path) -> None:
+    def __init__(self, mode: str, env: dict[str, Any], log_dir: pathlib.Path, command: list[str] | None = None) -> None:
+        """``command``: another client speaking the same JSON lines (e.g. ``ons_command()``, the Node client)."""
         log_dir.mkdir(parents=True, exist_ok=True)
         full = {**os.environ, **{k: str(v) for k, v in env.items()}, "LOG_DIR": str(log_dir)}
         self.rows: list[dict[str, Any]] = []
         self.arrived: list[float] = []
         self.noise: list[bytes] = []
-        self.proc = subprocess.Popen([CLIENT_PY, CLIENT_SCRIPT, mode], stdout=subprocess.PIPE,
+        self.proc = subprocess.Popen([*(command or [CLIENT_PY, CLIENT_SCRIPT]), mode], stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL, env=full, cwd=str(log_dir))
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -187,6 +188,18 @@ class ClientRun:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+
+
+def ons_command() -> list[str] | None:
+    """The ali-ons (Node) client's command line (scripts/test installs it), None when Node or it is missing."""
+    import shutil
+
+    modules = os.environ.get("ONS_NODE_PATH") or str(ROOT / ".node-client" / "node_modules")
+    node = shutil.which("node")
+    if node is None or not os.path.isdir(os.path.join(modules, "ali-ons")):
+        return None
+    os.environ["NODE_PATH"] = modules
+    return [node, str(ROOT / "tests" / "clients" / "ons_client.js")]
 
 
 def run_client(mode: str, env: dict[str, Any], log_dir: pathlib.Path, timeout: float = 120) -> tuple[int, list[dict[str, Any]]]:

@@ -10,7 +10,7 @@ import shutil
 import orjson
 import pytest
 
-from tests.support import ClientRun, Cluster, rpc, wait_for
+from tests.support import ClientRun, Cluster, ons_command, rpc, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -207,5 +207,34 @@ def test_refused_consumer_gets_nothing_and_registers_nothing(cluster: Cluster, t
         r = rpc(cluster.broker_addr(), 38, {"consumerGroup": group}, creds=ADMIN)
         assert r.code != 0 or not orjson.loads(r.body)["consumerIdList"], "a refused consumer was registered"
         assert consumer.received() == []
+    finally:
+        consumer.kill()
+
+
+def test_ali_ons_node_client_with_credentials(cluster: Cluster, tmp_path: pathlib.Path) -> None:
+    """ali-ons (Node; accessKeyId/accessKeySecret options) signs as RocketMQ does: a permitted account produces and
+    consumes, a wrong secret or no credentials is refused and stores nothing."""
+    ons = ons_command()
+    if ons is None:
+        pytest.skip("node / ali-ons not installed (scripts/test installs them)")
+    env = cluster.client_env(TOPIC="topicB", GROUP="groupB", COUNT=5, TIMEOUT=60)
+    assert rpc(cluster.broker_addr(), 17, {"topic": "topicB", "readQueueNums": "4", "writeQueueNums": "4",
+                                           "perm": "6"}, creds=ADMIN).code == 0  # ali-ons does not auto-create
+    wait_for(lambda: routable(cluster, "topicB"), 10, "topicB routable")
+    before = max_offsets(cluster, "topicB")
+    code, rows = ClientRun("produce", {**env, "ACCESS_KEY": USER[0], "SECRET_KEY": USER[1]}, tmp_path / "p",
+                           command=ons).wait(120)
+    sent = [r for r in rows if "sent" in r]
+    assert code == 0 and len(sent) == 5 and all(r.get("status") == "SEND_OK" for r in sent), rows[-3:]
+    assert max_offsets(cluster, "topicB") == before + 5
+    for name, creds in (("wrong", {"ACCESS_KEY": USER[0], "SECRET_KEY": "wrong-secret"}), ("none", {})):
+        code, rows = ClientRun("produce", {**env, **creds, "COUNT": 2}, tmp_path / name, command=ons).wait(120)
+        assert code != 0 and not any(r.get("status") == "SEND_OK" for r in rows), rows[-3:]
+    assert max_offsets(cluster, "topicB") == before + 5
+    consumer = ClientRun("consume", {**env, "GROUP": "groupC", "COUNT": 10**6, "ACCESS_KEY": USER[0],
+                                     "SECRET_KEY": USER[1]}, tmp_path / "c", command=ons)
+    try:
+        wait_for(lambda: sum(1 for d in consumer.received() if d["body"].startswith("ons-body-")) >= 5, 60,
+                 "the Node consumer received the Node producer's messages")
     finally:
         consumer.kill()
