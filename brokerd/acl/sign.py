@@ -10,8 +10,9 @@ values are signed as their text (``4``, ``true``), which is what the codec coerc
 from __future__ import annotations
 
 import base64
+import hashlib
 import hmac
-from typing import Final
+from typing import Any, Final
 
 from brokerd.remoting.command import RemotingCommand
 
@@ -37,6 +38,16 @@ def signed_content(ext: dict[str, str], body: bytes | None) -> bytes:
 
 def signature_of(content: bytes, secret_key: str) -> str:
     return base64.b64encode(hmac.digest(secret_key.encode("utf-8"), content, "sha1")).decode("ascii")
+
+
+def hmac_pads(secret_key: str) -> tuple[Any, Any]:
+    """SHA-1 objects holding the key's inner and outer HMAC pads: HMAC(k, m) = outer.copy().update(
+    inner.copy().update(m).digest()).digest() (the C lane copies them per message instead of re-keying)."""
+    key = secret_key.encode("utf-8")
+    if len(key) > 64:
+        key = hashlib.sha1(key).digest()
+    key = key.ljust(64, b"\0")
+    return hashlib.sha1(bytes(b ^ 0x36 for b in key)), hashlib.sha1(bytes(b ^ 0x5C for b in key))
 
 
 def sign_request(cmd: RemotingCommand, access_key: str, secret_key: str) -> RemotingCommand:

@@ -36,9 +36,11 @@ typedef struct {
     Py_ssize_t pos;         /* position after the last frame the last run handled */
     PyObject *error;        /* the exception a consume-queue / index put raised (dispatch stopped) */
     PyObject *write_error;  /* the OSError of a failed segment write (the run stopped) */
-    /* ACL (acl.c): NULL = off; else {access key str: (secret bytes, set of topic str it may PUB to)}, the
-     * digest function hmac.digest and its algorithm name; sends it cannot take, by reason */
-    PyObject *acl, *acl_digest, *acl_algo;
+    /* ACL (acl.c): NULL = off; else {access key str: (secret bytes, sha1 of the key's inner pad, of its outer
+     * pad (brokerd.acl.sign.hmac_pads), set of topic str it may PUB to)}; sends it cannot take, by reason; the
+     * secret whose pads acl_pads holds (libcrypto build: two SHA_CTX) */
+    PyObject *acl, *acl_key;
+    unsigned char acl_pads[512];
     long long acl_miss[4];
     /* one-entry topic cache */
     char last_topic[256]; Py_ssize_t last_topic_n; PyObject *last_entry; PyObject *last_topic_obj;

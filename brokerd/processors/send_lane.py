@@ -23,12 +23,12 @@ This module keeps the two sides in step:
 from __future__ import annotations
 
 import asyncio
-import hmac
 from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from brokerd.acl import PUB
+from brokerd.acl.sign import hmac_pads
 from brokerd.acl.validator import check_perms
 from brokerd.message import ipv4_bytes
 from brokerd.metadata.names import RETRY_GROUP_TOPIC_PREFIX
@@ -65,9 +65,9 @@ class SendLane:
         self.broken = False  # the C lane raised: Python path only from then on
         self.handled = 0  # messages stored by the lane (observability, tests)
         self._notes: dict[tuple[str, int], tuple[int, int]] = {}
-        # ACL on: {access key: (secret, topics it may PUB to)} the C lane checks signatures against, rebuilt
-        # (emptied) when the accounts file is reloaded; `_acl_of` is the accounts it was built from
-        self._acl_table: dict[str, tuple[bytes, set[str]]] = {}
+        # ACL on: {access key: (secret, its HMAC pads, topics it may PUB to)} the C lane checks signatures against,
+        # emptied when the accounts file is reloaded; `_acl_of` is the accounts it was built from
+        self._acl_table: dict[str, tuple[bytes, Any, Any, set[str]]] = {}
         self._acl_of: object = None
 
     # ------------------------------------------------------------------ gates and lifecycle
@@ -86,7 +86,7 @@ class SendLane:
         self._lane.sync = bind.sync_flush
         if self.broker.acl is not None:
             self._acl_table.clear()
-            self._lane.set_acl(self._acl_table, hmac.digest, "sha1")
+            self._lane.set_acl(self._acl_table)
         self._topics.clear()
         self._gen = store.layout_generation
         self._cfg = cfg
@@ -142,8 +142,9 @@ class SendLane:
             self._acl_of = acl
         entry = self._acl_table.get(access_key)
         if entry is None:
-            entry = self._acl_table[access_key] = (acct.secret_key.encode(), set())
-        entry[1].add(topic)
+            secret = acct.secret_key.encode()
+            entry = self._acl_table[access_key] = (secret, *hmac_pads(acct.secret_key), set())
+        entry[3].add(topic)
 
     def acl_misses(self) -> dict[str, int]:
         """ACL sends the C lane left to the Python path, by reason (observability, the benchmark)."""

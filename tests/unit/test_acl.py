@@ -199,3 +199,57 @@ def test_fuzzed_requests_never_pass_or_raise(ext: dict[str, str], body: bytes | 
     acl = load_plain_acl(SAMPLE)
     cmd = RemotingCommand(code, ext={**ext, "AccessKey": ak, "Signature": sig}, body=body)
     assert decide(acl, cmd, IP, BROKER_ADMIN_CODES) is not None
+
+
+class _Transport:
+    def __init__(self) -> None:
+        self.out = b""
+        self.closed = False
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def writelines(self, data: list[bytes]) -> None:
+        self.out += b"".join(bytes(d) for d in data)
+
+    def write(self, data: bytes) -> None:
+        self.out += data
+
+    def close(self) -> None:
+        self.closed = True
+
+    def get_extra_info(self, name: str, default: object = None) -> object:
+        return {"peername": ("10.9.8.7", 5000), "sockname": ("127.0.0.1", 1)}.get(name, default)
+
+
+_headers = st.dictionaries(st.sampled_from(["AccessKey", "Signature", "OnsChannel", "topic", "b", "a", "group",
+                                            "consumerGroup", "_UNIQUE_KEY_QUERY", "x"]),
+                           st.one_of(st.text(max_size=20), st.sampled_from(["RocketMQ", "rocketmq2", "topicB"])),
+                           max_size=8)
+
+
+@settings(max_examples=150, deadline=None)
+@given(ext=_headers, body=st.binary(max_size=40), code=st.sampled_from([10, 11, 15, 17, 34, 36, 310, 910]),
+       binary=st.booleans())
+async def test_fuzzed_frames_through_a_guarded_connection(ext: dict[str, str], body: bytes, code: int,
+                                                          binary: bool) -> None:
+    """Random headers and signatures on the wire: every request is answered NO_PERMISSION, no handler runs, the
+    connection stays open (the guard never raises out of the connection)."""
+    from brokerd.acl.glue import AclGuard
+    from brokerd.remoting.codec import FrameDecoder, encode, encode_binary
+    from brokerd.remoting.connection import Connection, Dispatcher
+
+    d = Dispatcher("fuzz")
+    called: list[int] = []
+    d.register(code, lambda conn, cmd: called.append(cmd.code))  # type: ignore[arg-type,return-value]
+    d.guard = AclGuard(SAMPLE)
+    conn = Connection(d)
+    tr = _Transport()
+    conn.connection_made(tr)  # type: ignore[arg-type]
+    cmd = RemotingCommand(code, opaque=7, ext={k: v for k, v in ext.items() if k and v}, body=body or None)
+    frame = encode_binary(cmd) if binary else encode(cmd)
+    conn.data_received(frame[:5])
+    conn.data_received(frame[5:])
+    answers = FrameDecoder().feed(tr.out)
+    assert not called and not tr.closed
+    assert [a.code for a in answers] == [16] and answers[0].opaque == 7
