@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final
 
-from brokerd.acl.perm import check_permission, perm_text
+from brokerd.acl.perm import ANY, PUB, check_permission, perm_text
 from brokerd.acl.plain import Account, PlainAcl
 from brokerd.acl.resources import is_group_resource, needed_perms
 from brokerd.acl.sign import ACCESS_KEY, signature_matches
@@ -40,7 +40,7 @@ def check_perms(acct: Account, code: int, needed: dict[str, int], admin_codes: f
         owned = _owned(acct, resource)
         if not check_permission(perm, owned):
             return (f"No permission for {_printable(resource)}: accessKey={acct.access_key} has "
-                    f"{perm_text(owned)}, the request needs {perm_text(perm) if perm != 2 else 'PUB or SUB'}")
+                    f"{perm_text(owned)}, the request needs {'PUB or SUB' if perm == ANY else perm_text(perm)}")
     return None
 
 
@@ -72,7 +72,7 @@ def decide(acl: PlainAcl, cmd: RemotingCommand, remote_ip: str, admin_codes: fro
         needed = needed_perms(cmd)
     except (HeaderError, KeyError, TypeError, ValueError) as e:
         return f"cannot read the resources of request code={cmd.code}: {e}"
-    if needed.get(TRACE_TOPIC) == 4:  # PUB to the trace topic: RocketMQ skips the perm check
+    if needed.get(TRACE_TOPIC) == PUB:  # PUB to the trace topic: RocketMQ skips the perm check
         return None
     return check_perms(acct, cmd.code, needed, admin_codes)
 
