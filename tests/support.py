@@ -218,7 +218,7 @@ async def arpc(addr: str, code: int, ext: dict[str, str] | None = None, body: by
 
     client = signing_client(*creds) if creds else RemotingClient()
     try:
-        return await client.invoke(addr, request(code, ext or {}, body), timeout)
+        return await client.invoke(addr, request(code, dict(ext or {}), body), timeout)  # signing adds fields
     finally:
         await client.close()
 

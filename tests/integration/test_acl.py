@@ -238,3 +238,25 @@ def test_ali_ons_node_client_with_credentials(cluster: Cluster, tmp_path: pathli
                  "the Node consumer received the Node producer's messages")
     finally:
         consumer.kill()
+
+
+def test_white_addresses_global_and_per_account(cluster: Cluster) -> None:
+    """The clients here come from 127.0.0.1: a global white address lets unsigned requests through, an account's
+    white address lets that account's requests through whatever their signature (as RocketMQ does)."""
+    path: pathlib.Path = cluster.acl_path  # type: ignore[attr-defined]
+    original = path.read_text()
+    route = {"topic": "TBW102"}
+    wrong = (USER[0], "wrong-secret")
+    assert rpc(cluster.namesrv, 105, route).code == 16 and rpc(cluster.namesrv, 105, route, creds=wrong).code == 16
+    try:
+        path.write_text(original.replace("  - 192.168.0.*", "  - 192.168.0.*\n  - 127.0.0.*"))
+        wait_for(lambda: rpc(cluster.namesrv, 105, route).code == 0, 15, "the global white address reloaded")
+        assert rpc(f"127.0.0.1:{cluster.admin_port}", 910).code == 0  # global: even the admin port
+        path.write_text(original.replace("    whiteRemoteAddress:\n    admin: false",
+                                         "    whiteRemoteAddress: 127.0.0.1\n    admin: false"))
+        wait_for(lambda: rpc(cluster.namesrv, 105, route).code == 16  # unsigned: the global white address is gone
+                 and rpc(cluster.namesrv, 105, route, creds=wrong).code == 0, 15, "the account's white address")
+        assert rpc(f"127.0.0.1:{cluster.admin_port}", 910, creds=wrong).code == 16  # white, but not an admin
+    finally:
+        path.write_text(original)
+    wait_for(lambda: rpc(cluster.namesrv, 105, route, creds=wrong).code == 16, 15, "reloaded back")
