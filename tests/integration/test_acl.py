@@ -260,3 +260,30 @@ def test_white_addresses_global_and_per_account(cluster: Cluster) -> None:
     finally:
         path.write_text(original)
     wait_for(lambda: rpc(cluster.namesrv, 105, route, creds=wrong).code == 16, 15, "reloaded back")
+
+
+async def test_standalone_name_server_checks_requests(tmp_path: pathlib.Path) -> None:
+    """mqnamesrv with aclEnable: reads need a signed account, writes (REGISTER_BROKER, PUT_KV_CONFIG) an admin."""
+    from brokerd.namesrv.config import NamesrvConfig
+    from brokerd.namesrv.service import start_server
+    from tests.support import arpc
+
+    acl = tmp_path / "plain_acl.yml"
+    shutil.copy(SAMPLE, acl)
+    svc, server = await start_server(NamesrvConfig(bind_address="127.0.0.1", acl_enable=True, acl_file_path=str(acl)),
+                                     port=0)
+    addr = f"127.0.0.1:{server.port}"
+    try:
+        assert (await arpc(addr, 106)).code == 16
+        assert (await arpc(addr, 106, creds=USER)).code == 0
+        kv = {"namespace": "ns", "key": "k", "value": "v"}
+        assert (await arpc(addr, 100, kv, creds=USER)).code == 16
+        assert (await arpc(addr, 100, kv, creds=ADMIN)).code == 0
+        reg = {"brokerAddr": "127.0.0.1:1", "brokerId": "0", "brokerName": "evil", "clusterName": "c",
+               "haServerAddr": "127.0.0.1:2", "compressed": "false"}
+        assert (await arpc(addr, 103, reg, b"{}", creds=USER)).code == 16
+        r = await arpc(addr, 106, creds=USER)
+        assert b"evil" not in (r.body or b""), "a refused registration reached the route table"
+    finally:
+        await svc.stop()
+        await server.stop()
