@@ -533,3 +533,52 @@ async def test_acl_sends_through_the_lane_match_the_python_path(tmp_path: Path) 
     finally:
         await a.shutdown()
         await b.shutdown()
+
+
+async def test_mutated_signed_frames_never_pass_the_acl_check_on_either_path(tmp_path: Path) -> None:
+    """ACL on: signed sends with random header bytes changed get the same answers from the lane and the Python
+    path, and none is stored unless what it decodes to is what was signed."""
+    from brokerd.acl import sign_request
+
+    acl = tmp_path / "plain_acl.yml"
+    acl.write_text(ACL_YML)
+    rnd = random.Random(9)
+    base = []
+    for i in range(1, 801):
+        cmd = request(310, dict(zip("abcdefghijklm", ("pg", rnd.choice(TOPICS[:2]), "TBW102", "4", str(i % 4), "0",
+                                                      "1700000000123", "0",
+                                                      encode_properties({"UNIQ_KEY": f"S{i:031d}", "TAGS": "t"}).decode(),
+                                                      "0", "false", "16", "false"), strict=True)),
+                      bytes([i % 256]) * rnd.randint(0, 100))  # fmt: skip
+        cmd.opaque = i
+        sign_request(cmd, "laneUser1", "laneSecret1")
+        base.append(encode_binary(cmd) if i % 4 == 1 else encode(cmd))
+    (a, ca, ta), (b, cb, tb) = [await start_broker(tmp_path / name, lane, acl_enable=True, acl_file_path=str(acl))
+                                for name, lane in (("a", True), ("b", False))]  # fmt: skip
+    try:
+        feed(ca, base[:40], 1)  # admit the account for the topics
+        feed(cb, base[:40], 1)
+        outcomes: dict[str, list[Any]] = {"a": [], "b": []}
+        for i, frame in enumerate(base[40:]):
+            raw = mutate(rnd, frame) if i % 2 else frame
+            for name, broker in (("a", a), ("b", b)):
+                conn = Connection(broker.dispatcher)
+                tr = Transport()
+                conn.connection_made(tr)  # type: ignore[arg-type]
+                closed: list[bool] = []
+                conn.close = lambda c=closed: c.append(True)  # type: ignore[method-assign]
+                conn.data_received(raw)
+                outcomes[name].append(([(c.opaque, c.code, c.remark, c.ext) for c in tr.frames], bool(closed)))
+            answers_a = outcomes["a"][-1][0]
+            if raw != frame and answers_a and answers_a[0][1] == 0:
+                orig, new = FrameDecoder().feed(frame)[0], FrameDecoder().feed(raw)[0]
+                assert (orig.ext, orig.body) == (new.ext, new.body), "a changed request passed the check"
+        assert outcomes["a"] == outcomes["b"]
+        codes = [frames[0][1] for frames, _ in outcomes["a"] if frames]
+        assert codes.count(ResponseCode.NO_PERMISSION) > 30 and codes.count(0) > 350
+        assert sum(1 for _, closed in outcomes["a"] if closed) > 100  # malformed: the connection closed
+        assert a.send_lane is not None and a.send_lane.handled > 350
+        assert records(a) == records(b) and queues(a) == queues(b)
+    finally:
+        await a.shutdown()
+        await b.shutdown()
