@@ -6,6 +6,7 @@ are used (brokerd/native.py says which one is active)."""
 from __future__ import annotations
 
 import glob
+import os
 import sys
 
 from setuptools import Extension, setup
@@ -26,8 +27,22 @@ class OptionalBuildExt(build_ext):
             print(f"brokerd._native not built ({exc}); using the pure-Python hot path", file=sys.stderr)
 
 
+def _openssl() -> bool:
+    """libcrypto's headers and link library (libssl-dev): the C send lane's ACL signature check hashes with its
+    SHA-1; without them it hashes through Python's hashlib (slower, same result)."""
+    import sysconfig
+
+    libdirs = ["/usr/lib", "/usr/lib64", "/usr/local/lib", f"/usr/lib/{sysconfig.get_config_var('MULTIARCH') or ''}"]
+    return os.path.exists("/usr/include/openssl/sha.h") and any(
+        os.path.exists(os.path.join(d, "libcrypto.so")) for d in libdirs)
+
+
+_SSL = _openssl() and not os.environ.get("BROKERD_NO_OPENSSL")  # the hashlib path, e.g. to test it
+
 setup(
     ext_modules=[Extension("brokerd._native", sorted(glob.glob("brokerd/csrc/*.c")), depends=glob.glob("brokerd/csrc/*.h"),
-                           extra_compile_args=["-O2", "-Wall"])],
+                           extra_compile_args=["-O2", "-Wall"],
+                           define_macros=[("BROKERD_OPENSSL", "1")] if _SSL else [],
+                           libraries=["crypto"] if _SSL else [])],
     cmdclass={"build_ext": OptionalBuildExt},
 )

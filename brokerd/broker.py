@@ -16,6 +16,8 @@ from typing import Any
 
 import structlog
 
+from brokerd.acl import BROKER_ADMIN_CODES
+from brokerd.acl.glue import AclGuard, signing_client
 from brokerd.broker_config import BrokerConfig
 from brokerd.clients import ConsumerManager, ProducerManager, RebalanceLockManager
 from brokerd.config_file import build_config, config_to_properties, snake_to_camel
@@ -67,7 +69,9 @@ class Broker:
             cfg = dataclasses.replace(cfg, broker_role="SLAVE")
         self.cfg = cfg
         self.config_path = config_path
-        self.outer = outer
+        self.acl = AclGuard(cfg.acl_file_path, BROKER_ADMIN_CODES) if cfg.acl_enable else None
+        self.outer = signing_client(cfg.acl_access_key, cfg.acl_secret_key) if cfg.acl_access_key else outer
+        self._own_outer = self.outer is not outer
         self._namesrv_override = namesrv_addrs
         self.log = structlog.get_logger("broker").bind(broker=cfg.identity)
         self.stats = BrokerStats()
@@ -93,6 +97,7 @@ class Broker:
         self.transactions = TransactionProcessor(self)
         self.send_lane = send.lane
         self.dispatcher.lane = self.fast_dispatcher.lane = send.lane
+        self.dispatcher.guard = self.fast_dispatcher.guard = self.acl
         for proc in (send, self.transactions, self.pull, OffsetProcessor(self), ClientProcessor(self),
                      SendBackProcessor(self), QueryProcessor(self), AdminProcessor(self)):
             table: dict[int, Handler] = proc.handlers()  # type: ignore[assignment]
@@ -143,6 +148,8 @@ class Broker:
         await self._unregister_all()
         self.meta.persist_all()
         await self.store.shutdown()
+        if self._own_outer:
+            await self.outer.close()
         self.status = "stopped"
         self.log.info("broker_stopped")
 
@@ -294,8 +301,13 @@ class Broker:
         if "brokerPermission" in props:
             asyncio.get_running_loop().create_task(self.register_all())
 
+    @property
+    def acl_denied(self) -> int:
+        return self.acl.validator.denied if self.acl is not None else 0
+
     def runtime_info(self) -> dict[str, Any]:
         st = self.store
+        lane = self.send_lane
         return {
             "brokerVersion": "479", "brokerVersionDesc": "V5_3_3", "brokerRole": self.cfg.broker_role,
             "msgPutTotalTodayNow": self.stats.msgs_in, "msgGetTotalTodayNow": self.stats.msgs_out,
@@ -305,6 +317,8 @@ class Broker:
             "haServerAddr": f"{self.cfg.broker_ip1}:{self.replication.ha.port}",
             "masterEpoch": self.replication.master_epoch, "masterAddr": self.master_addr or "",
             **self.replication.sync_counters(),
+            "sendLaneMsgs": lane.handled if lane is not None else 0, "aclDenied": self.acl_denied,
+            **({f"sendLaneAclMiss.{k}": v for k, v in lane.acl_misses().items()} if lane and self.acl else {}),
             "bootTimestamp": int(time.time() * 1000), "status": self.health()[0], "lastError": self.health()[1],
         }
 

@@ -127,6 +127,11 @@ class BrokerConfig:
     replicas_per_disk_partition: int = 1
     logical_disk_space_clean_forcibly_threshold: float = 0.80
     isolate_log_enable: bool = False
+    # ACL 1.0 (RocketMQ's aclEnable; docs/acl.md): every request signed by an account of aclFilePath
+    acl_enable: bool = False
+    acl_file_path: str = ""  # plain_acl.yml; "" = plain_acl.yml next to this broker's config file
+    acl_access_key: str = ""  # not RocketMQ keys: the account this broker signs its own requests with
+    acl_secret_key: str = ""  # (name-server registration, a slave's metadata pulls)
 
     def __post_init__(self) -> None:
         if not self.broker_name or not re.fullmatch(r"[A-Za-z0-9_.\-]+", self.broker_name):
@@ -194,6 +199,10 @@ class BrokerConfig:
             raise ConfigError(f"haMasterAddress: expected host:port, got {self.ha_master_address!r}")
         if not 0 < self.access_message_in_memory_max_ratio <= 100:
             raise ConfigError("accessMessageInMemoryMaxRatio: must be in 1..100")
+        if self.acl_enable and not self.acl_file_path:
+            raise ConfigError("aclFilePath: required when aclEnable=true (the plain_acl.yml file)")
+        if bool(self.acl_access_key) != bool(self.acl_secret_key):
+            raise ConfigError("aclAccessKey: aclAccessKey and aclSecretKey are set together")
         if self.tiered_store_enable:
             self._validate_tiered()
 
@@ -242,4 +251,9 @@ class BrokerConfig:
 
 
 def load_broker_config(path: str, **overrides: Any) -> BrokerConfig:
-    return build_config(BrokerConfig, read_properties(path), **overrides)
+    """A broker config file; a relative aclFilePath is relative to the file (default: its plain_acl.yml)."""
+    props = read_properties(path)
+    acl_path = props.get("aclFilePath") or "plain_acl.yml"
+    if not os.path.isabs(acl_path):
+        acl_path = os.path.join(os.path.dirname(os.path.abspath(path)), acl_path)
+    return build_config(BrokerConfig, {**props, "aclFilePath": acl_path}, **overrides)

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 import structlog
 
+from brokerd.acl.glue import AclGuard
 from brokerd.broker_config import BrokerConfig
 from brokerd.clients import ConsumerManager, ProducerManager, RebalanceLockManager
 from brokerd.ha.acks import PutAcks
@@ -56,6 +57,10 @@ class BrokerContext(Protocol):
 
     @property
     def cfg(self) -> BrokerConfig: ...
+
+    @property
+    def acl(self) -> AclGuard | None:
+        """The ACL check of this broker's requests (aclEnable), None when off."""
 
     @property
     def store(self) -> MessageStore: ...

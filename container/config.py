@@ -19,13 +19,18 @@ class ContainerConfig:
     logs_root: str = field(default_factory=lambda: os.path.join(os.path.expanduser("~"), "logs", "rocketmqlogs"))
     isolate_log_enable: bool = False
     metrics_port: int = 8080  # aiohttp /metrics, /health and the dashboard; 0 = any free port, -1 = disabled
-    metrics_bind_address: str = "127.0.0.1"  # where the metrics port listens (0.0.0.0: every interface)
     dashboard_enable: bool = True  # the web dashboard on the metrics port (docs/dashboard.md)
     dashboard_sample_interval_ms: int = 2000  # how often the throughput charts sample the counters
     replicas_per_disk_partition: int = 1
     logical_disk_space_clean_forcibly_threshold: float = 0.80
     disk_partition_size_bytes: int = 0  # 0 = the real partition size (tests inject a small one)
     container_state_file: str = ""  # brokers added at runtime, restored at start; "" = ~/store/container-<port>.json
+    admin_listen_host: str = "127.0.0.1"  # the admin port and /metrics stay on loopback unless configured
+    metrics_listen_host: str = "127.0.0.1"  # where the metrics port (and the dashboard) listens; 0.0.0.0: everywhere
+    # ACL (docs/acl.md): the admin port takes requests signed by an admin account only, the embedded name
+    # server signed requests only (its writes by an admin account); brokers have their own aclEnable
+    acl_enable: bool = False
+    acl_file_path: str = ""  # plain_acl.yml; relative to this file; "" = plain_acl.yml next to it
 
     def __post_init__(self) -> None:
         if not 0 <= self.listen_port <= 65535:
@@ -34,8 +39,8 @@ class ContainerConfig:
             raise ConfigError(f"embeddedNamesrvPort: invalid port {self.embedded_namesrv_port}")
         if not -1 <= self.metrics_port <= 65535:
             raise ConfigError(f"metricsPort: invalid port {self.metrics_port}")
-        if not self.metrics_bind_address.strip():
-            raise ConfigError("metricsBindAddress: must not be empty")
+        if not self.metrics_listen_host.strip():
+            raise ConfigError("metricsListenHost: must not be empty")
         if not 100 <= self.dashboard_sample_interval_ms <= 60000:
             raise ConfigError("dashboardSampleIntervalMs: must be in 100..60000")
         if self.replicas_per_disk_partition < 1:
@@ -44,6 +49,8 @@ class ContainerConfig:
             raise ConfigError("diskPartitionSizeBytes: must be >= 0")
         if not 0.0 < self.logical_disk_space_clean_forcibly_threshold <= 1.0:
             raise ConfigError("logicalDiskSpaceCleanForciblyThreshold: must be in (0, 1]")
+        if self.acl_enable and not self.acl_file_path:
+            raise ConfigError("aclFilePath: required when aclEnable=true (the plain_acl.yml file)")
 
     @property
     def state_file(self) -> str:
@@ -65,4 +72,6 @@ def load_container_config(path: str) -> ContainerConfig:
     cfg = build_config(ContainerConfig, props)
     # relative broker config paths are relative to the container config file
     paths = [p if os.path.isabs(p) else os.path.join(base, p) for p in cfg.broker_paths]
-    return build_config(ContainerConfig, {**props, "brokerConfigPaths": ":".join(paths)})
+    acl_path = props.get("aclFilePath") or "plain_acl.yml"
+    return build_config(ContainerConfig, {**props, "brokerConfigPaths": ":".join(paths),
+                                          "aclFilePath": os.path.join(base, acl_path)})

@@ -41,6 +41,10 @@ class LaneCounter(Protocol):
     @property
     def handled(self) -> int: ...
 
+    def acl_misses(self) -> dict[str, int]:
+        """ACL on: sends the lane left to the Python path, by reason."""
+        ...
+
 
 class HostedStore(Protocol):
     """What the container reads and sets on a hosted broker's message store."""
@@ -82,6 +86,11 @@ class HostedBroker(Protocol):
 
     @property
     def send_lane(self) -> LaneCounter | None: ...
+
+    @property
+    def acl_denied(self) -> int:
+        """Requests refused NO_PERMISSION by the ACL check (0 with ACL off)."""
+        ...
 
     @property
     def store(self) -> HostedStore: ...

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 import structlog
 
+from brokerd.acl import load_plain_acl
+from brokerd.acl.glue import AclGuard, namesrv_guard
 from brokerd.broker import Broker
 from brokerd.broker_config import BrokerConfig, load_broker_config
 from brokerd.config_file import ConfigError
@@ -46,7 +48,8 @@ class BrokerSlot:
 
 class BrokerContainer:
     def __init__(self, cfg: ContainerConfig, admin_credentials: AdminCredentials | None = None) -> None:
-        """`admin_credentials`: the accounts that may use the dashboard's admin actions (none: read-only)."""
+        """`admin_credentials`: the accounts that may use the dashboard's admin actions (default: the ACL file's
+        admin accounts when aclEnable=true; none: read-only)."""
         self.cfg = cfg
         self.outer = RemotingClient()
         self.brokers: dict[str, BrokerSlot] = {}
@@ -55,6 +58,12 @@ class BrokerContainer:
         self.namesrv_server: RemotingServer | None = None
         self.namesrv: NamesrvService | None = None
         self.metrics: MetricsServer | None = None
+        # ACL on: the admin port serves admin accounts only (AclConfigError, a ConfigError, names a bad file), and
+        # the same accounts may log in to the dashboard's admin actions
+        self.acl = AclGuard(cfg.acl_file_path, admin_only=True) if cfg.acl_enable else None
+        self.admin_dispatcher.guard = self.acl
+        if admin_credentials is None:
+            admin_credentials = self.acl
         self.dashboard = (Dashboard(self, admin_credentials, sample_interval_s=cfg.dashboard_sample_interval_ms / 1000)
                           if cfg.dashboard_enable else None)
         self.quota = DiskQuota(self, cfg)
@@ -75,15 +84,17 @@ class BrokerContainer:
             self.namesrv = NamesrvService(NamesrvConfig(listen_port=self.cfg.embedded_namesrv_port))
             d = Dispatcher("namesrv")
             d.register_all(self.namesrv.handlers())
+            d.guard = namesrv_guard(self.cfg.acl_file_path) if self.cfg.acl_enable else None
             self.namesrv_server = RemotingServer(d, port=self.cfg.embedded_namesrv_port, name="namesrv")
             await self.namesrv_server.start()
             await self.namesrv.start()
         register_admin(self, self.admin_dispatcher)
-        self.admin_server = RemotingServer(self.admin_dispatcher, port=self.cfg.listen_port, name="container-admin")
+        self.admin_server = RemotingServer(self.admin_dispatcher, self.cfg.admin_listen_host, self.cfg.listen_port,
+                                           name="container-admin")
         await self.admin_server.start()
         if self.cfg.metrics_port >= 0:
             dash = self.dashboard
-            self.metrics = MetricsServer(self, self.cfg.metrics_port, self.cfg.metrics_bind_address,
+            self.metrics = MetricsServer(self, self.cfg.metrics_port, self.cfg.metrics_listen_host,
                                          extra_text=dash.metrics_text if dash else None,
                                          setup_app=dash.install if dash else None)
             await self.metrics.start()
@@ -120,7 +131,10 @@ class BrokerContainer:
         if not os.path.isfile(path):
             raise ContainerError(ResponseCode.SYSTEM_ERROR, f"broker config file not found or unreadable: {path}")
         try:
-            return load_broker_config(path)
+            cfg = load_broker_config(path)
+            if cfg.acl_enable:
+                load_plain_acl(cfg.acl_file_path)  # a missing or malformed file fails here, naming it
+            return cfg
         except ConfigError as e:
             raise ContainerError(ResponseCode.SYSTEM_ERROR, f"invalid broker config {path}: {e}") from e
 

@@ -72,6 +72,10 @@ class ControllerConfig:
     gc_full_collect_interval_ms: int = _k("gcFullCollectIntervalMs", 3600000)
     metrics_port: int = _k("controllerMetricsPort", 0)  # /metrics (controller/metrics.py); 0: a free port, -1: off
     metrics_listen_host: str = _k("controllerMetricsListenHost", "127.0.0.1")
+    # ACL (docs/acl.md): admin requests (1002, 1009-1011) need an admin account of aclFilePath; the name-server
+    # role checks every request (its writes: admin)
+    acl_enable: bool = _k("aclEnable", False)
+    acl_file_path: str = _k("aclFilePath", "")
 
     def __post_init__(self) -> None:
         def need(cond: bool, key: str, msg: str) -> None:
@@ -84,6 +88,7 @@ class ControllerConfig:
         need(self.self_id in peers, "controllerDLegerSelfId",
              f"{self.self_id!r} is not one of the peers {sorted(peers)}")
         need(bool(self.store_path), "controllerStorePath", "is required")
+        need(not self.acl_enable or bool(self.acl_file_path), "aclFilePath", "is required when aclEnable=true")
         need(self.read_mode in READ_MODES, "controllerReadMode", f"must be one of {', '.join(READ_MODES)}")
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
@@ -225,6 +230,9 @@ def load_config(path: str, overrides: dict[str, str] | None = None) -> Controlle
     with open(path, encoding="utf-8") as f:
         props = parse_properties(f.read())
     props.update(overrides or {})
+    acl = props.get("aclFilePath")
+    if acl and not os.path.isabs(acl):  # relative to the config file
+        props["aclFilePath"] = os.path.join(os.path.dirname(os.path.abspath(path)), acl)
     return config_from_properties(props)
 
 

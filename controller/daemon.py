@@ -13,6 +13,7 @@ from typing import Any
 
 import structlog
 
+from brokerd.acl.glue import controller_guard, namesrv_guard
 from brokerd.remoting.connection import Dispatcher
 from brokerd.remoting.server import RemotingServer
 from controller.config import ControllerConfig
@@ -66,6 +67,7 @@ class ControllerDaemon:
         dispatcher = Dispatcher("controller")
         dispatcher.register_all(self.request_stats.wrap_all(self.server.handlers()))
         self.raft.on_leadership_change(self.request_stats.on_leadership)
+        dispatcher.guard = controller_guard(cfg.acl_file_path) if cfg.acl_enable else None
         self.remoting = RemotingServer(dispatcher, cfg.listen_host, cfg.listen_port, name="controller")
         await self.server.start()
         await self.raft.start()
@@ -89,6 +91,7 @@ class ControllerDaemon:
         svc = NamesrvService(NamesrvConfig(listen_port=port, bind_address=self.cfg.listen_host))
         dispatcher = Dispatcher("namesrv")
         dispatcher.register_all(svc.handlers())
+        dispatcher.guard = namesrv_guard(self.cfg.acl_file_path) if self.cfg.acl_enable else None
         self.namesrv_remoting = RemotingServer(dispatcher, self.cfg.listen_host, port, name="namesrv")
         await self.namesrv_remoting.start()
         await svc.start()

@@ -19,6 +19,11 @@ if { ! command -v gcc >/dev/null 2>&1 || [ ! -f "$inc/Python.h" ]; } && command 
     && [ "$(id -u)" = 0 ]; then
   apt-get update -qq && apt-get install -y -qq gcc libc6-dev python3-dev >/dev/null || true
 fi
+# libcrypto's headers: the C send lane's ACL signature check hashes with its SHA-1 (setup.py; without them it
+# hashes through Python's hashlib, slower)
+if [ ! -f /usr/include/openssl/sha.h ] && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  apt-get update -qq && apt-get install -y -qq libssl-dev >/dev/null || true
+fi
 # reinstall when the packaging or the C source changed since the last install, or the module is missing
 stamp=.venv/.installed-$(cat pyproject.toml setup.py brokerd/csrc/* | sha1sum | cut -c1-12)-${1:-run}
 if [ ! -f "$stamp" ] || ! ls brokerd/_native*.so >/dev/null 2>&1; then

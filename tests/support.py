@@ -149,13 +149,14 @@ class ClientRun:
     """The real RocketMQ client (C++ core) running tests/clients/rmq_client.py in its own venv.
     Its JSON output lines are collected as they arrive (`rows`, with when each arrived in `arrived`, monotonic)."""
 
-    def __init__(self, mode: str, env: dict[str, Any], log_dir: pathlib.Path) -> None:
+    def __init__(self, mode: str, env: dict[str, Any], log_dir: pathlib.Path, command: list[str] | None = None) -> None:
+        """``command``: another client speaking the same JSON lines (e.g. ``ons_command()``, the Node client)."""
         log_dir.mkdir(parents=True, exist_ok=True)
         full = {**os.environ, **{k: str(v) for k, v in env.items()}, "LOG_DIR": str(log_dir)}
         self.rows: list[dict[str, Any]] = []
         self.arrived: list[float] = []
         self.noise: list[bytes] = []
-        self.proc = subprocess.Popen([CLIENT_PY, CLIENT_SCRIPT, mode], stdout=subprocess.PIPE,
+        self.proc = subprocess.Popen([*(command or [CLIENT_PY, CLIENT_SCRIPT]), mode], stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL, env=full, cwd=str(log_dir))
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -189,6 +190,18 @@ class ClientRun:
             self.proc.wait()
 
 
+def ons_command() -> list[str] | None:
+    """The ali-ons (Node) client's command line (scripts/test installs it), None when Node or it is missing."""
+    import shutil
+
+    modules = os.environ.get("ONS_NODE_PATH") or str(ROOT / ".node-client" / "node_modules")
+    node = shutil.which("node")
+    if node is None or not os.path.isdir(os.path.join(modules, "ali-ons")):
+        return None
+    os.environ["NODE_PATH"] = modules
+    return [node, str(ROOT / "tests" / "clients" / "ons_client.js")]
+
+
 def run_client(mode: str, env: dict[str, Any], log_dir: pathlib.Path, timeout: float = 120) -> tuple[int, list[dict[str, Any]]]:
     return ClientRun(mode, env, log_dir).wait(timeout)
 
@@ -198,32 +211,34 @@ def received(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 async def arpc(addr: str, code: int, ext: dict[str, str] | None = None, body: bytes | None = None,
-               timeout: float = 5.0) -> Any:
-    """One remoting request on a fresh connection (our own wire client)."""
+               timeout: float = 5.0, creds: tuple[str, str] | None = None) -> Any:
+    """One remoting request on a fresh connection (our own wire client; signed with ``creds`` (ACL))."""
+    from brokerd.acl.glue import signing_client
     from brokerd.remoting import RemotingClient, request
 
-    client = RemotingClient()
+    client = signing_client(*creds) if creds else RemotingClient()
     try:
-        return await client.invoke(addr, request(code, ext or {}, body), timeout)
+        return await client.invoke(addr, request(code, dict(ext or {}), body), timeout)  # signing adds fields
     finally:
         await client.close()
 
 
 def rpc(addr: str, code: int, ext: dict[str, str] | None = None, body: bytes | None = None,
-        timeout: float = 5.0) -> Any:
+        timeout: float = 5.0, creds: tuple[str, str] | None = None) -> Any:
     """Blocking `arpc` for synchronous tests."""
     import asyncio
 
-    return asyncio.run(arpc(addr, code, ext, body, timeout))
+    return asyncio.run(arpc(addr, code, ext, body, timeout, creds))
 
 
 class Cluster:
     """An mqbrokercontainer subprocess with an embedded name server and N brokers, on free ports."""
 
     def __init__(self, tmp: pathlib.Path, brokers: int = 1, container_extra: dict[str, Any] | None = None,
-                 **broker_extra: Any) -> None:
+                 admin_creds: tuple[str, str] | None = None, **broker_extra: Any) -> None:
         container_extra = container_extra or {}
         self.tmp = tmp
+        self.admin_creds = admin_creds  # ACL on: the admin account the readiness checks sign with
         self.namesrv_port = free_port()
         self.admin_port = free_port()
         self.ports: list[int] = []
@@ -257,7 +272,7 @@ class Cluster:
         return self
 
     def _registered(self) -> bool:
-        r = rpc(self.namesrv, 105, {"topic": "TBW102"})
+        r = rpc(self.namesrv, 105, {"topic": "TBW102"}, creds=self.admin_creds)
         if r.code != 0:
             return False
         import orjson

@@ -1,18 +1,25 @@
 """`mqadmin`: RocketMQ's admin tool subset for this project (RocketMQ option letters, --help, exit codes).
 
 Exit codes: 0 success, 1 the server answered an error (its code and remark are printed), 2 usage error,
-3 cannot connect / timeout."""
+3 cannot connect / timeout.
+
+ACL: ``--accessKey AK --secretKey SK`` (anywhere on the command line) or ``--credentialsFile FILE`` (YAML with
+accessKey/secretKey, RocketMQ's conf/tools.yml format; default: $ROCKETMQ_HOME/conf/tools.yml when it exists)
+sign every request, as RocketMQ's mqadmin does with its AclClientRPCHook."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
 
+from brokerd.acl import AclConfigError, sign_request
+from brokerd.acl.plain import load_tools_credentials
 from brokerd.remoting import ConnectionClosed, RemotingClient, RemotingCommand, RemotingTimeout, request
 
 Handler = Callable[[argparse.Namespace], Awaitable[int]]
@@ -176,8 +183,45 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+CREDENTIAL_OPTIONS = ("--accessKey", "--secretKey", "--credentialsFile")
+
+
+def take_credentials(argv: list[str]) -> tuple[list[str], tuple[str, str] | None]:
+    """Remove the ACL options from argv (they may follow any command); the account to sign with, if any.
+    Raises AclConfigError for an unreadable credentials file, ValueError for a half-given account."""
+    rest, opts = [], {}
+    it = iter(argv)
+    for a in it:
+        name, eq, val = a.partition("=")
+        if name in CREDENTIAL_OPTIONS:
+            opts[name] = val if eq else next(it, "")
+        else:
+            rest.append(a)
+    path = opts.get("--credentialsFile")
+    if path is None and "--accessKey" not in opts and os.environ.get("ROCKETMQ_HOME"):
+        default = os.path.join(os.environ["ROCKETMQ_HOME"], "conf", "tools.yml")
+        path = default if os.path.isfile(default) else None
+    ak, sk = load_tools_credentials(path) if path else ("", "")
+    ak, sk = opts.get("--accessKey", ak), opts.get("--secretKey", sk)
+    if bool(ak) != bool(sk):
+        raise ValueError("--accessKey and --secretKey are given together")
+    return rest, ((ak, sk) if ak else None)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = build_parser()
+    try:
+        argv, creds = take_credentials(list(sys.argv[1:] if argv is None else argv))
+    except (AclConfigError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if creds is not None:
+        ak, sk = creds
+
+        def sign(cmd: RemotingCommand) -> None:
+            sign_request(cmd, ak, sk)
+
+        RemotingClient.default_before_request = sign
     args = ap.parse_args(argv)
     handler: Any = args.handler
     try:

@@ -4,11 +4,13 @@
 
 static int Lane_traverse(Lane *l, visitproc visit, void *arg) {
     Py_VISIT(l->topics); Py_VISIT(l->next_qoff); Py_VISIT(l->listeners); Py_VISIT(l->index_put); Py_VISIT(l->error); Py_VISIT(l->write_error); Py_VISIT(l->last_entry); Py_VISIT(l->last_topic_obj);
+    Py_VISIT(l->acl); Py_VISIT(l->acl_key);
     return 0;
 }
 
 static int Lane_clear(Lane *l) {
     Py_CLEAR(l->topics); Py_CLEAR(l->next_qoff); Py_CLEAR(l->listeners); Py_CLEAR(l->index_put); Py_CLEAR(l->error); Py_CLEAR(l->write_error);
+    Py_CLEAR(l->acl); Py_CLEAR(l->acl_key);
     lane_clear_cache(l);
     return 0;
 }
@@ -85,6 +87,25 @@ static PyObject *Lane_clear_topics(Lane *l, PyObject *unused) {
     PyDict_Clear(l->topics);
     lane_clear_cache(l);
     Py_RETURN_NONE;
+}
+
+/* set_acl(table): ACL on, sends must be signed by an account of `table` admitted for their topic ({access key:
+ * (secret bytes, inner pad sha1, outer pad sha1, set of topics)}, filled as Python admits them); set_acl(None):
+ * off. */
+static PyObject *Lane_set_acl(Lane *l, PyObject *table) {
+    if (table != Py_None && !PyDict_Check(table)) {
+        PyErr_SetString(PyExc_TypeError, "set_acl(dict) or set_acl(None)");
+        return NULL;
+    }
+    Py_CLEAR(l->acl); Py_CLEAR(l->acl_key);
+    if (table != Py_None) l->acl = Py_NewRef(table);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Lane_acl_misses(Lane *l, PyObject *unused) {
+    return Py_BuildValue("{sLsLsLsL}", "no_access_key", l->acl_miss[ACL_NO_KEY], "not_admitted",
+                         l->acl_miss[ACL_NOT_ADMITTED], "signature_mismatch", l->acl_miss[ACL_BAD_SIG],
+                         "unsupported_header", l->acl_miss[ACL_UNSUPPORTED]);
 }
 
 static PyObject *take(PyObject **slot) {
@@ -195,6 +216,8 @@ static PyMethodDef Lane_methods[] = {
     {"run", (PyCFunction)(void (*)(void))Lane_run, METH_FASTCALL, "process common-case sends"},
     {"add_topic", (PyCFunction)Lane_add_topic, METH_VARARGS, "add_topic(topic, entry)"},
     {"clear_topics", (PyCFunction)Lane_clear_topics, METH_NOARGS, "forget every topic"},
+    {"set_acl", (PyCFunction)Lane_set_acl, METH_O, "set_acl(table): ACL on (None: off)"},
+    {"acl_misses", (PyCFunction)Lane_acl_misses, METH_NOARGS, "ACL sends left to Python, by reason"},
     {"take_error", (PyCFunction)Lane_take_error, METH_NOARGS, "the dispatch exception of the last run, or None"},
     {"take_write_error", (PyCFunction)Lane_take_write_error, METH_NOARGS,
      "the OSError of the last run's failed segment write, or None"},

@@ -36,6 +36,12 @@ typedef struct {
     Py_ssize_t pos;         /* position after the last frame the last run handled */
     PyObject *error;        /* the exception a consume-queue / index put raised (dispatch stopped) */
     PyObject *write_error;  /* the OSError of a failed segment write (the run stopped) */
+    /* ACL (acl.c): NULL = off; else {access key str: (secret bytes, sha1 of the key's inner pad, of its outer
+     * pad (brokerd.acl.sign.hmac_pads), set of topic str it may PUB to)}; sends it cannot take, by reason; the
+     * secret whose pads acl_pads holds (libcrypto build: two SHA_CTX) */
+    PyObject *acl, *acl_key;
+    unsigned char acl_pads[512];
+    long long acl_miss[4];
     /* one-entry topic cache */
     char last_topic[256]; Py_ssize_t last_topic_n; PyObject *last_entry; PyObject *last_topic_obj;
     char scratch[SCRATCH];
@@ -69,5 +75,9 @@ int lane_one(Lane *l, const unsigned char *b, Py_ssize_t total, long long base, 
  * (consume-queue entries already put for it point past the log end until recovery; the store stops writes). */
 int lane_write(Lane *l, PyObject *out);
 void lane_clear_cache(Lane *l);
+/* ACL on (l->acl set): 1 the send is signed by an account admitted for its topic (s->entry found), 0 Python
+ * decides (l->acl_miss counted), -1 a Python exception. */
+enum { ACL_NO_KEY = 0, ACL_NOT_ADMITTED = 1, ACL_BAD_SIG = 2, ACL_UNSUPPORTED = 3 };
+int lane_acl_ok(Lane *l, const Send *s);
 
 #endif

@@ -138,6 +138,7 @@ static int parse_send(Lane *l, const unsigned char *b, Py_ssize_t total, Send *s
     if (s->blen > l->max_body) return 0;  /* Python answers MESSAGE_ILLEGAL */
     s->size = HEADER_V4_SIZE + s->blen + PyBytes_GET_SIZE(PyTuple_GET_ITEM(s->entry, 0)) + 2 + s->pn;
     if (s->size + 8 > l->segment_size) return 0;
+    if (l->acl != NULL) return lane_acl_ok(l, s);
     return 1;
 }
 

@@ -26,6 +26,9 @@ class NamesrvConfig:
     need_wait_for_service: bool = False
     wait_seconds_for_service: int = 45
     kv_config_path: str = ""  # empty: KV config kept in memory only
+    # ACL (docs/acl.md): every request signed by an account of aclFilePath, the writes by an admin account
+    acl_enable: bool = False
+    acl_file_path: str = ""
 
     def __post_init__(self) -> None:
         if not 0 <= self.listen_port <= 65535:
@@ -36,5 +39,7 @@ class NamesrvConfig:
             raise ConfigError(f"scanNotActiveBrokerInterval: must be > 0, got {self.scan_not_active_broker_interval_ms}")
         if self.broker_channel_expired_ms <= 0:
             raise ConfigError(f"brokerChannelExpiredMs: must be > 0, got {self.broker_channel_expired_ms}")
+        if self.acl_enable and not self.acl_file_path:
+            raise ConfigError("aclFilePath: required when aclEnable=true (the plain_acl.yml file)")
         if self.wait_seconds_for_service < 0:
             raise ConfigError(f"waitSecondsForService: must be >= 0, got {self.wait_seconds_for_service}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
 
@@ -37,6 +38,9 @@ def configure_logging(level: int = logging.INFO) -> None:
 
 def load_config(path: str | None) -> NamesrvConfig:
     props = read_properties(path) if path else {}
+    acl = props.get("aclFilePath")
+    if path and acl and not os.path.isabs(acl):  # relative to the config file
+        props["aclFilePath"] = os.path.join(os.path.dirname(os.path.abspath(path)), acl)
     return build_config(NamesrvConfig, props)
 
 

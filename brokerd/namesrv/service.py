@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 import structlog
 
+from brokerd.acl.glue import namesrv_guard
 from brokerd.namesrv.config import NamesrvConfig
 from brokerd.namesrv.kvconfig import KVConfigTable
 from brokerd.namesrv.processors_broker import broker_handlers
@@ -109,6 +110,7 @@ async def start_server(cfg: NamesrvConfig, now_ms: Callable[[], int] = wall_cloc
     svc = NamesrvService(cfg, now_ms)
     dispatcher = Dispatcher("namesrv")
     dispatcher.register_all(svc.handlers())
+    dispatcher.guard = namesrv_guard(cfg.acl_file_path) if cfg.acl_enable else None
     server = RemotingServer(dispatcher, cfg.bind_address, cfg.listen_port if port is None else port, name="namesrv")
     await server.start()
     await svc.start()

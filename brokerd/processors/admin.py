@@ -20,8 +20,16 @@ if TYPE_CHECKING:
     from brokerd.context import BrokerContext
 
 SYSTEM_TOPICS_NOT_UPDATABLE = frozenset({"SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC", "TBW102"})
-CONFIG_BLACKLIST = frozenset({"configBlackList", "brokerConfigPaths", "storePathRootDir", "brokerName",
-                              "brokerClusterName", "brokerId", "listenPort"})
+# RocketMQ's configBlackList ("configBlackList;brokerConfigPath") plus every key that would move data or escape
+# the store (paths), point the broker at other brokers' or services' ports, or weaken the ACL
+CONFIG_BLACKLIST = frozenset({
+    "configBlackList", "brokerConfigPath", "brokerConfigPaths", "storePathRootDir", "storePathCommitLog",
+    "storePathConsumeQueue", "storePathIndex", "storeCheckpoint", "abortFile", "brokerName", "brokerClusterName",
+    "brokerId", "listenPort", "fastListenPortEnable", "haListenPort", "haListenHost", "haMasterAddress",
+    "brokerIP1", "brokerIP2", "namesrvAddr", "controllerAddr", "enableControllerMode", "aclEnable", "aclFilePath",
+    "aclAccessKey", "aclSecretKey",
+})
+SECRET_KEYS = frozenset({"aclSecretKey"})  # shown masked by GET_BROKER_CONFIG
 
 
 class AdminProcessor:
@@ -91,7 +99,8 @@ class AdminProcessor:
         return cmd.response(body=orjson.dumps(body))
 
     def get_config(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        text = to_properties(self.broker.config_properties())
+        props = self.broker.config_properties()
+        text = to_properties({k: ("***" if k in SECRET_KEYS and v else v) for k, v in props.items()})
         return cmd.response(ext={"version": orjson.dumps(self.broker.config_version.to_json()).decode()},
                             body=text.encode())
 

@@ -140,7 +140,7 @@ class SendProcessor:
             to_half(msg)
         res = self._store(cmd, h, [msg], queue_id)
         if self.lane is not None and msg.topic is h.topic:  # a plain message: the next ones can take the C lane
-            self.lane.admit(msg.topic, tc, queue_id)
+            self.lane.admit(msg.topic, tc, queue_id, cmd.ext.get("AccessKey"))
         return res
 
     def _check(self, cmd: RemotingCommand, h: SendHeader) -> RemotingCommand | TopicConfig:

@@ -27,6 +27,9 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from brokerd.acl import PUB
+from brokerd.acl.sign import hmac_pads
+from brokerd.acl.validator import check_perms
 from brokerd.message import ipv4_bytes
 from brokerd.metadata.names import RETRY_GROUP_TOPIC_PREFIX
 from brokerd.metadata.topic import PERM_WRITE, TopicConfig
@@ -62,6 +65,10 @@ class SendLane:
         self.broken = False  # the C lane raised: Python path only from then on
         self.handled = 0  # messages stored by the lane (observability, tests)
         self._notes: dict[tuple[str, int], tuple[int, int]] = {}
+        # ACL on: {access key: (secret, its HMAC pads, topics it may PUB to)} the C lane checks signatures against,
+        # emptied when the accounts file is reloaded; `_acl_of` is the accounts it was built from
+        self._acl_table: dict[str, tuple[bytes, Any, Any, set[str]]] = {}
+        self._acl_of: object = None
 
     # ------------------------------------------------------------------ gates and lifecycle
 
@@ -77,6 +84,9 @@ class SendLane:
             cfg.region_id, cfg.trace_on, ipv4_bytes(store.store_host[0]), store.store_host[1],
             store.cfg.max_message_size, store.commit_log.segment_size)  # fmt: skip
         self._lane.sync = bind.sync_flush
+        if self.broker.acl is not None:
+            self._acl_table.clear()
+            self._lane.set_acl(self._acl_table)
         self._topics.clear()
         self._gen = store.layout_generation
         self._cfg = cfg
@@ -98,8 +108,11 @@ class SendLane:
 
     # ------------------------------------------------------------------ topics
 
-    def admit(self, topic: str, tc: TopicConfig, queue_id: int) -> None:
-        """After the Python processor stored a plain message for ``topic``: let the lane take the next ones."""
+    def admit(self, topic: str, tc: TopicConfig, queue_id: int, access_key: str | None = None) -> None:
+        """After the Python processor stored a plain message for ``topic``: let the lane take the next ones
+        (with ACL on: the next ones signed by ``access_key``, when that account may PUB to the topic)."""
+        if self.broker.acl is not None and access_key:
+            self._admit_account(access_key, topic)
         bound = self._topics.get(topic)
         if bound is not None and queue_id < len(bound) and bound[queue_id]:
             return
@@ -117,6 +130,26 @@ class SendLane:
                                      tuple(cq.put if cq is not None else None for cq in cqs)))  # fmt: skip
         self._topics[topic] = tuple(cq is not None for cq in cqs)
 
+    def _admit_account(self, access_key: str, topic: str) -> None:
+        guard = self.broker.acl
+        assert guard is not None
+        acl = guard.file.current()
+        acct = acl.accounts.get(access_key)
+        if acct is None or check_perms(acct, 310, {topic: PUB}, guard.validator.admin_codes) is not None:
+            return  # e.g. allowed only by a white address: the Python path checks each of its sends
+        if self._acl_of is not acl:
+            self._acl_table.clear()
+            self._acl_of = acl
+        entry = self._acl_table.get(access_key)
+        if entry is None:
+            secret = acct.secret_key.encode()
+            entry = self._acl_table[access_key] = (secret, *hmac_pads(acct.secret_key), set())
+        entry[3].add(topic)
+
+    def acl_misses(self) -> dict[str, int]:
+        """ACL sends the C lane left to the Python path, by reason (observability, the benchmark)."""
+        return self._lane.acl_misses() if self._lane is not None else {}
+
     # ------------------------------------------------------------------ the lane
 
     def __call__(self, conn: Connection, buf: bytearray, pos: int, out: list[bytes | memoryview]) -> int:
@@ -126,6 +159,8 @@ class SendLane:
                 return pos
         if not self._topics:
             return pos
+        if self.broker.acl is not None and self._acl_table and self.broker.acl.file.current() is not self._acl_of:
+            self._acl_table.clear()  # the accounts changed: every account is checked by Python once again
         if not self._writes_allowed():
             self.forget()
             return pos

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from brokerd.remoting.command import RemotingCommand
 from brokerd.remoting.connection import Connection, ConnectionClosed, Dispatcher
@@ -16,11 +17,16 @@ def split_addr(addr: str) -> tuple[str, int]:
 
 
 class RemotingClient:
+    # the hook new clients start with (a tool's process-wide setting, e.g. mqadmin's --accessKey signing)
+    default_before_request: Callable[[RemotingCommand], None] | None = None
+
     def __init__(self, dispatcher: Dispatcher | None = None, connect_timeout: float = 3.0) -> None:
         self.dispatcher = dispatcher
         self.connect_timeout = connect_timeout
         self._conns: dict[str, Connection] = {}
         self._connecting: dict[str, asyncio.Future[Connection]] = {}
+        # run on every outgoing request before it is sent (RocketMQ's RPCHook: e.g. ACL signing)
+        self.before_request: Callable[[RemotingCommand], None] | None = RemotingClient.default_before_request
 
     async def connection(self, addr: str) -> Connection:
         conn = self._conns.get(addr)
@@ -58,10 +64,14 @@ class RemotingClient:
 
     async def invoke(self, addr: str, cmd: RemotingCommand, timeout: float = 3.0) -> RemotingCommand:
         conn = await self.connection(addr)
+        if self.before_request is not None:
+            self.before_request(cmd)
         return await conn.request(cmd, timeout)
 
     async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
         conn = await self.connection(addr)
+        if self.before_request is not None:
+            self.before_request(cmd)
         conn.oneway(cmd)
 
     def close_connection(self, addr: str) -> None:

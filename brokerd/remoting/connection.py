@@ -24,6 +24,8 @@ HandlerResult = RemotingCommand | None | Awaitable[RemotingCommand | None]
 # A fast lane for a dispatcher: (connection, buffer, position, response list) -> new position. It handles the
 # requests it can from the position on, appends their response frames, and stops at the first it cannot.
 Lane = Callable[["Connection", bytearray, int, list[bytes | memoryview]], int]
+# A dispatcher's access check (ACL): (connection, request) -> None to serve it, or the NO_PERMISSION remark.
+Guard = Callable[["Connection", RemotingCommand], str | None]
 
 
 class Handler(Protocol):
@@ -54,6 +56,7 @@ class Dispatcher:
         self.default: Handler | None = None
         self.lane: Lane | None = None
         self.not_ready: str | None = None  # set: every request is answered SYSTEM_BUSY with this remark
+        self.guard: Guard | None = None  # set: checked before any handler runs (a lane takes only what it allows)
 
     def register(self, code: int, handler: Handler) -> None:
         self.handlers[code] = handler
@@ -155,7 +158,21 @@ class Connection(asyncio.Protocol):
         if out and self.transport is not None and not self.transport.is_closing():
             self.transport.writelines(out)
 
+    def _refused(self, guard: Guard, cmd: RemotingCommand) -> str | None:
+        try:
+            return guard(self, cmd)
+        except Exception as e:  # noqa: BLE001 - a check that fails refuses, never crashes the connection
+            log.warning("guard_failed", code=cmd.code, error=repr(e))
+            return f"access check failed: {type(e).__name__}"
+
     def _dispatch(self, cmd: RemotingCommand, out: list[bytes | memoryview]) -> None:
+        guard = self.dispatcher.guard if self.dispatcher else None
+        if guard is not None:
+            refusal = self._refused(guard, cmd)
+            if refusal is not None:
+                if not cmd.is_oneway:
+                    self._append(out, cmd.response(ResponseCode.NO_PERMISSION, refusal))
+                return
         handler = self.dispatcher.lookup(cmd.code) if self.dispatcher else None
         if handler is None:
             if not cmd.is_oneway:

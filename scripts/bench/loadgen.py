@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
+import hmac
 import json
 import os
 import struct
@@ -21,6 +23,19 @@ _PREFIX = struct.Struct(">ii")
 
 BINARY = False  # --binary: ROCKETMQ binary headers (a Java client with -Drocketmq.serialize.type=ROCKETMQ)
 _BIN_FIXED = struct.Struct(">hBhiii")
+
+
+CREDS: tuple[str, str] | None = None  # --access-key/--secret-key: requests signed as RocketMQ's ACL 1.0 client
+
+
+def signed(ext: dict[str, str], body: bytes) -> dict[str, str]:
+    """ext + AccessKey + Signature (HMAC-SHA1 of the values sorted by key, then the body; base64)."""
+    if CREDS is None:
+        return ext
+    ext = {**ext, "AccessKey": CREDS[0], "OnsChannel": "ALIYUN"}
+    content = "".join([ext[k] for k in sorted(ext)]).encode() + body
+    ext["Signature"] = base64.b64encode(hmac.digest(CREDS[1].encode(), content, "sha1")).decode()
+    return ext
 
 
 _FIELDS: dict[tuple[str, str], bytes] = {}  # encoded binary ext fields (the repeated ones stay cached)
@@ -97,7 +112,7 @@ async def produce(addr: str, topic: str, conns: int, inflight: int, total: int, 
                "k": "false", "m": "false"}
         sent_at[op] = time.perf_counter()
         assert p.transport is not None
-        p.transport.write(frame(310, op, ext, body))
+        p.transport.write(frame(310, op, signed(ext, body), body))
 
     def make(idx: int) -> Conn:
         def on_response(h: dict, blen: int) -> None:
@@ -156,7 +171,7 @@ async def consume(addr: str, topic: str, queues: int, conns: int, expect: int) -
                "maxMsgNums": "32", "sysFlag": "4", "commitOffset": "0", "suspendTimeoutMillis": "1000",
                "subscription": "*", "subVersion": "0", "maxMsgBytes": "1048576"}
         assert p.transport is not None
-        p.transport.write(frame(11, opq, ext))
+        p.transport.write(frame(11, opq, signed(ext, b"")))
 
     def make(idx: int) -> Conn:
         def on_response(h: dict, blen: int) -> None:
@@ -203,9 +218,12 @@ def main() -> int:
     ap.add_argument("--body", type=int, default=1024)
     ap.add_argument("--queues", type=int, default=8)
     ap.add_argument("--binary", action="store_true", help="ROCKETMQ binary request headers instead of JSON")
+    ap.add_argument("--access-key", default="", help="sign every request with this ACL account")
+    ap.add_argument("--secret-key", default="")
     a = ap.parse_args()
-    global BINARY
+    global BINARY, CREDS
     BINARY = a.binary
+    CREDS = (a.access_key, a.secret_key) if a.access_key else None
     uvloop.install()
     if a.mode == "produce":
         res = asyncio.run(produce(a.addr, a.topic, a.conns, a.inflight, a.total, a.body, a.queues))

@@ -7,7 +7,8 @@ Runs in its own venv (.venv-client). Prints one JSON object per line:
 Environment: NAMESRV, TOPIC, GROUP, COUNT, TAG (or TAGS=a,b for round-robin), DELAY_LEVEL, EXPR, TIMEOUT,
 FAIL_TIMES (push: answer RECONSUME_LATER for each message until it was delivered FAIL_TIMES+1 times),
 FAIL_ALL=1 (push: always fail), START_AT (produce: first index), STOP_AFTER (push: exit after N deliveries),
-BODY_SIZE (produce: pad bodies to this many bytes), PACE_MS (produce: pause between sends).
+BODY_SIZE (produce: pad bodies to this many bytes), PACE_MS (produce: pause between sends),
+ACCESS_KEY + SECRET_KEY (ACL credentials: set_session_credentials).
 """
 import json
 import os
@@ -38,9 +39,15 @@ def emit(obj):
         sys.stdout.flush()
 
 
+def credentials(client):
+    if E.get("ACCESS_KEY"):
+        client.set_session_credentials(E["ACCESS_KEY"], E.get("SECRET_KEY", ""), "ALIYUN")
+
+
 def produce():
     p = rc.Producer(E.get("PGROUP", "PID_" + GROUP), timeout=int(E.get("SEND_TIMEOUT_MS", "5000")))
     p.set_namesrv_addr(NAMESRV)
+    credentials(p)
     p.start()
     tags = E.get("TAGS", E.get("TAG", "TagA")).split(",")
     start = int(E.get("START_AT", "0"))
@@ -100,6 +107,7 @@ def record(m, deliveries, done):
 def push():
     c = rc.PushConsumer(GROUP)
     c.set_namesrv_addr(NAMESRV)
+    credentials(c)
     if E.get("THREADS"):
         c.set_thread_count(int(E["THREADS"]))
     deliveries, done = [], threading.Event()

@@ -467,3 +467,118 @@ async def test_real_client_sends_take_the_lane_when_they_can(tmp_path: Path, cap
         assert int(tr.frames[1].ext["queueOffset"]) == int(tr.frames[0].ext["queueOffset"]) + 1
     finally:
         await b.shutdown()
+
+
+ACL_YML = """accounts:
+  - accessKey: laneUser1
+    secretKey: laneSecret1
+    defaultTopicPerm: DENY
+    topicPerms: [LaneA=PUB, LaneB=PUB|SUB, Lane_C-%s=SUB]
+""".replace("%s", "x" * 100)
+
+
+def signed_send(rnd: random.Random, i: int) -> bytes:
+    """A send signed by laneUser1 (sometimes badly, by a stranger or not at all), JSON with numbers as JSON
+    numbers (as the C++ client sends them), JSON strings or a binary header."""
+    import struct
+
+    from brokerd.acl import sign_request
+
+    topic = rnd.choice(TOPICS)
+    props = {"UNIQ_KEY": f"A{i:031d}", "WAIT": "true", "TAGS": rnd.choice(["TagA", "t\u00e9g"])}
+    ext = dict(zip("abcdefghijklm", ("pg", topic, "TBW102", "4", str(rnd.randrange(4)), "0", "1700000000123", "0",
+                                     encode_properties(props).decode(), "0", "false", "16", "false"), strict=True))
+    ext["OnsChannel"] = "ALIYUN"
+    body = bytes(rnd.getrandbits(8) for _ in range(rnd.randint(0, 200)))
+    cmd = request(310, ext, body)
+    cmd.opaque = i
+    kind = rnd.random()
+    sign_request(cmd, "stranger1" if kind < 0.05 else "laneUser1", "laneSecret1")
+    if kind < 0.1:
+        cmd.body = body + b"!"  # tampered after signing
+    elif kind < 0.13:
+        cmd.ext.pop("Signature")
+    if rnd.random() < 0.3:
+        return encode_binary(cmd)
+    if rnd.random() < 0.5:
+        return encode(cmd)
+    header = {"code": 310, "flag": 0, "language": "CPP", "opaque": i, "version": 333,
+              "extFields": {k: int(v) if k in "defhl" else v for k, v in cmd.ext.items()}}
+    h = json.dumps(header).encode()
+    return struct.pack(">iI", 4 + len(h) + len(cmd.body or b""), len(h)) + h + (cmd.body or b"")
+
+
+async def test_acl_sends_through_the_lane_match_the_python_path(tmp_path: Path) -> None:
+    """ACL on: the lane takes only sends signed by an account the Python check admitted for the topic; bad
+    signatures, strangers, unsigned and not-permitted topics get the Python path's NO_PERMISSION answers."""
+    acl = tmp_path / "plain_acl.yml"
+    acl.write_text(ACL_YML)
+    rnd = random.Random(5)
+    frames = [signed_send(rnd, i) for i in range(1, 401)]
+    (a, ca, ta), (b, cb, tb) = [await start_broker(tmp_path / name, lane, acl_enable=True, acl_file_path=str(acl))
+                                for name, lane in (("a", True), ("b", False))]  # fmt: skip
+    try:
+        feed(ca, frames, 3)
+        feed(cb, frames, 4)
+        await all_answered(ta, tb)
+        ra, rb = answers(ta), answers(tb)
+        assert ra == rb and len(ra) == 400
+        codes = [c for c, _, _ in ra.values()]
+        assert codes.count(ResponseCode.NO_PERMISSION) > 100 and codes.count(0) > 150
+        assert records(a) == records(b) and queues(a) == queues(b)
+        assert all(r[0] != TOPICS[2] for r in records(a)), "a SUB-only topic got a message"
+        assert a.send_lane is not None and a.send_lane.handled > 100, "the lane must take the signed sends"
+        misses = a.send_lane.acl_misses()
+        assert misses["signature_mismatch"] > 0 and misses["not_admitted"] > 0, misses
+    finally:
+        await a.shutdown()
+        await b.shutdown()
+
+
+async def test_mutated_signed_frames_never_pass_the_acl_check_on_either_path(tmp_path: Path) -> None:
+    """ACL on: signed sends with random header bytes changed get the same answers from the lane and the Python
+    path, and none is stored unless what it decodes to is what was signed."""
+    from brokerd.acl import sign_request
+
+    acl = tmp_path / "plain_acl.yml"
+    acl.write_text(ACL_YML)
+    rnd = random.Random(9)
+    base = []
+    for i in range(1, 801):
+        cmd = request(310, dict(zip("abcdefghijklm", ("pg", rnd.choice(TOPICS[:2]), "TBW102", "4", str(i % 4), "0",
+                                                      "1700000000123", "0",
+                                                      encode_properties({"UNIQ_KEY": f"S{i:031d}", "TAGS": "t"}).decode(),
+                                                      "0", "false", "16", "false"), strict=True)),
+                      bytes([i % 256]) * rnd.randint(0, 100))  # fmt: skip
+        cmd.opaque = i
+        sign_request(cmd, "laneUser1", "laneSecret1")
+        base.append(encode_binary(cmd) if i % 4 == 1 else encode(cmd))
+    (a, ca, ta), (b, cb, tb) = [await start_broker(tmp_path / name, lane, acl_enable=True, acl_file_path=str(acl))
+                                for name, lane in (("a", True), ("b", False))]  # fmt: skip
+    try:
+        feed(ca, base[:40], 1)  # admit the account for the topics
+        feed(cb, base[:40], 1)
+        outcomes: dict[str, list[Any]] = {"a": [], "b": []}
+        for i, frame in enumerate(base[40:]):
+            raw = mutate(rnd, frame) if i % 2 else frame
+            for name, broker in (("a", a), ("b", b)):
+                conn = Connection(broker.dispatcher)
+                tr = Transport()
+                conn.connection_made(tr)  # type: ignore[arg-type]
+                closed: list[bool] = []
+                conn.close = lambda c=closed: c.append(True)  # type: ignore[method-assign]
+                conn.data_received(raw)
+                outcomes[name].append(([(c.opaque, c.code, c.remark, c.ext) for c in tr.frames], bool(closed)))
+            answers_a = outcomes["a"][-1][0]
+            if raw != frame and answers_a and answers_a[0][1] == 0:
+                orig, new = FrameDecoder().feed(frame)[0], FrameDecoder().feed(raw)[0]
+                assert (orig.ext, orig.body) == (new.ext, new.body), "a changed request passed the check"
+        assert outcomes["a"] == outcomes["b"]
+        codes = [frames[0][1] for frames, _ in outcomes["a"] if frames]
+        assert codes.count(ResponseCode.NO_PERMISSION) > 30 and codes.count(0) > 350
+        assert sum(1 for _, closed in outcomes["a"] if closed) > 100  # malformed: the connection closed
+        assert a.send_lane is not None and a.send_lane.handled > 350
+        assert records(a) == records(b) and queues(a) == queues(b)
+    finally:
+        await a.shutdown()
+        await b.shutdown()
