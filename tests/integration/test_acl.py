@@ -287,3 +287,28 @@ async def test_standalone_name_server_checks_requests(tmp_path: pathlib.Path) ->
     finally:
         await svc.stop()
         await server.stop()
+
+
+def test_dashboard_admin_login_takes_the_acl_admin_accounts(cluster: Cluster) -> None:
+    """With aclEnable the container's dashboard logs in the ACL file's admin accounts only."""
+    import json
+    import re
+    import urllib.error
+    import urllib.request
+
+    assert cluster.daemon is not None
+    m = wait_for(lambda: re.search(r"metrics port (\d+)", cluster.daemon.output()), 30, "the boot line")  # type: ignore[union-attr]
+    login = f"http://127.0.0.1:{m.group(1)}/api/login"
+
+    def status(access: str, secret: str) -> int:
+        req = urllib.request.Request(login, json.dumps({"accessKey": access, "secretKey": secret}).encode(),
+                                     {"Content-Type": "application/json"})  # fmt: skip
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return int(r.status)
+        except urllib.error.HTTPError as e:
+            return int(e.code)
+
+    assert status(*ADMIN) == 200
+    assert status(*USER) == 401  # a valid account, but not an admin
+    assert status(ADMIN[0], "wrong") == 401
