@@ -19,6 +19,7 @@ import msgpack
 import structlog
 
 from brokerd.message import MessageInner, decode_records
+from brokerd.store.epoch import EpochEntry
 from brokerd.store.raw_scan import Scanned
 from brokerd.store.results import GetMessageResult, PutMessageResult, PutStatus
 from brokerd.store.tier import TierView
@@ -40,14 +41,6 @@ from brokerd.tiered.manifest import (
 from brokerd.tiered.reader import TierReader
 
 TIER_SYNC_TOPIC: Final = "RMQ_SYS_TIERED_SYNC"
-
-
-class EpochLike(Protocol):
-    @property
-    def epoch(self) -> int: ...
-
-    @property
-    def start_offset(self) -> int: ...
 
 
 class TieredStore(Protocol):
@@ -72,7 +65,7 @@ class TieredStore(Protocol):
 
     def index_tiered(self, records: list[Scanned]) -> None: ...
 
-    def epoch_entries(self) -> list[Any]: ...
+    def epoch_entries(self) -> list[EpochEntry]: ...
 
     def append_epoch(self, epoch: int, start_offset: int) -> bool: ...
 
