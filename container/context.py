@@ -41,6 +41,11 @@ class LaneCounter(Protocol):
     @property
     def handled(self) -> int: ...
 
+    @property
+    def fallbacks(self) -> Mapping[str, int]:
+        """Sends the Python processor took, by reason."""
+        ...
+
 
 class HostedStore(Protocol):
     """What the container reads and sets on a hosted broker's message store."""

@@ -60,6 +60,13 @@ def render(container: BrokerDirectory) -> str:
         for sid, s in sorted(st.get("slaves", {}).items()):
             lag = max(0, int(st["maxOffset"]) - int(s["ack"]))
             lines.append(f'rocketmq_ha_slave_lag_bytes{{broker="{_escape(ident)}",slave="{_escape(sid)}"}} {lag}')
+    lines.append("# HELP rocketmq_send_lane_fallbacks_total Sends the Python processor took while the C send lane"
+                 " exists, by why the lane left them")
+    lines.append("# TYPE rocketmq_send_lane_fallbacks_total counter")
+    for ident, slot in slots:
+        lane = slot.broker.send_lane
+        for reason, n in sorted(lane.fallbacks.items()) if lane is not None else ():
+            lines.append(f'rocketmq_send_lane_fallbacks_total{{broker="{_escape(ident)}",reason="{reason}"}} {n}')
     lines.append("# HELP rocketmq_container_brokers Brokers hosted by this container")
     lines.append("# TYPE rocketmq_container_brokers gauge")
     lines.append(f"rocketmq_container_brokers {len(slots)}")

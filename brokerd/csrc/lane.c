@@ -31,20 +31,22 @@ static int copy_utf8(PyObject *s, char *dst, Py_ssize_t cap, Py_ssize_t *n, cons
 }
 
 /* Lane(next_qoff, listeners, index_put, cluster, id_prefix, region, trace_on, store_ip, store_port,
- *      max_body, segment_size) */
+ *      max_body, segment_size, uniq_prefix) */
 static int Lane_init(Lane *l, PyObject *args, PyObject *kw) {
-    PyObject *next_qoff, *listeners, *index_put, *cluster, *id_prefix, *region, *store_ip;
+    PyObject *next_qoff, *listeners, *index_put, *cluster, *id_prefix, *region, *store_ip, *uniq_prefix;
     int trace_on, store_port;
     long long max_body, segment_size;
-    if (!PyArg_ParseTuple(args, "O!O!OUUUpSiLL", &PyDict_Type, &next_qoff, &PyList_Type, &listeners, &index_put,
+    if (!PyArg_ParseTuple(args, "O!O!OUUUpSiLLU", &PyDict_Type, &next_qoff, &PyList_Type, &listeners, &index_put,
                           &cluster, &id_prefix, &region, &trace_on, &store_ip, &store_port, &max_body,
-                          &segment_size))
+                          &segment_size, &uniq_prefix))
         return -1;
     if (PyBytes_GET_SIZE(store_ip) != 4) { PyErr_SetString(PyExc_ValueError, "store_ip must be 4 bytes"); return -1; }
     Py_ssize_t n;
     if (copy_utf8(cluster, l->cluster, 200, &l->cluster_n, "cluster name")) return -1;
     if (copy_utf8(id_prefix, l->id_prefix, 16, &n, "id prefix")) return -1;
     if (n != 16) { PyErr_SetString(PyExc_ValueError, "id prefix must be 16 characters"); return -1; }
+    if (copy_utf8(uniq_prefix, l->uniq_prefix, 20, &n, "uniq prefix")) return -1;
+    if (n != 20) { PyErr_SetString(PyExc_ValueError, "uniq prefix must be 20 characters"); return -1; }
     Py_ssize_t rn;
     const char *r = PyUnicode_AsUTF8AndSize(region, &rn);
     if (r == NULL) return -1;
@@ -125,6 +127,7 @@ static PyObject *Lane_run(Lane *l, PyObject *const *args, Py_ssize_t nargs) {
     }
     Py_buffer in;
     if (PyObject_GetBuffer(args[0], &in, PyBUF_SIMPLE) < 0) return NULL;
+    l->why = WHY_NONE;
     l->wrote = wrote; l->msgs = 0; l->bytes = 0; l->last_ts = 0; l->dispatched_end = -1; l->pos = pos;
     l->fd = (int)fd; l->base = base;
     l->stage_n = 0; l->stage_at = wrote; l->stage_out = PyList_GET_SIZE(args[8]); l->stage_msgs = l->stage_bytes = 0;
@@ -175,6 +178,7 @@ static PyObject *Lane_get(Lane *l, void *which) {
         case 3: return PyLong_FromLongLong(l->last_ts);
         case 4: return PyLong_FromLongLong(l->dispatched_end);
         case 6: return PyLong_FromSsize_t(l->pos);
+        case 7: return PyLong_FromLong(l->why);
         default: return PyLong_FromSsize_t(PyDict_GET_SIZE(l->topics));
     }
 }
@@ -187,6 +191,8 @@ static PyGetSetDef Lane_getset[] = {
     {"dispatched_end", (getter)Lane_get, NULL, "end of the last dispatched record of the last run (-1: none)", (void *)4},
     {"topic_count", (getter)Lane_get, NULL, "topics the lane handles", (void *)5},
     {"pos", (getter)Lane_get, NULL, "buffer position after the last frame the last run handled", (void *)6},
+    {"why", (getter)Lane_get, NULL, "why the last run left the frame it stopped at to Python (an index into "
+     "send_lane.FALLBACK_REASONS)", (void *)7},
     {"sync", (getter)Lane_get_sync, (setter)Lane_set_sync, "SYNC_FLUSH: WAIT=false sends go to Python", NULL},
     {NULL},
 };

@@ -18,6 +18,9 @@ typedef struct {
     PyObject *index_put;    /* callable (topic, keys, phys, ts) or None */
     char cluster[256]; Py_ssize_t cluster_n;
     char id_prefix[16];
+    char uniq_prefix[20];   /* UNIQ_KEYs the lane generates: this prefix + ms since month start + counter */
+    char gen_uniq[32];      /* the UNIQ_KEY generated for the current send */
+    int why;                /* why the last frame the lane stopped at is left to Python (a WHY_* value) */
     char region[256]; Py_ssize_t region_n;  /* JSON-encoded value, quotes included */
     int trace_on;
     int sync;               /* SYNC_FLUSH store: a WAIT=false message is answered before the flush (Python) */
@@ -47,7 +50,7 @@ typedef struct {
     Hdr h;
     long long qid, sys_flag, born_ts, flag, reconsume;
     PyObject *entry;     /* borrowed: the topic's lane entry */
-    Prop ps[MAX_PROPS_N];
+    Prop ps[MAX_PROPS_N + 1];  /* + a generated UNIQ_KEY */
     int np;
     const Prop *uniq, *tags, *keys;
     Py_ssize_t pn;       /* length of the stored properties in Lane.props */
@@ -55,6 +58,10 @@ typedef struct {
     Py_ssize_t blen;
     long long size;      /* the stored record */
 } Send;
+
+/* Why a frame is left to Python (Lane.why; names in brokerd/processors/send_lane.py FALLBACK_REASONS, same order). */
+enum { WHY_NONE, WHY_HEADER, WHY_NOT_SEND, WHY_ONEWAY, WHY_BATCH, WHY_FIELDS, WHY_TRANSACTION, WHY_TOPIC, WHY_QUEUE,
+       WHY_PROPERTIES, WHY_DELAY, WHY_WAIT_FALSE, WHY_SIZE };
 
 enum { STOP_END = 0, STOP_FRAME = 1, STOP_ROLL = 2, STOP_ERROR = 3, STOP_WRITE_FAILED = 4 };
 

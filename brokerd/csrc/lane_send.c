@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <strings.h>
+#include <time.h>
 #include <unistd.h>
 
 /* The one-entry topic cache (Lane.last_*): dropped when the topic table changes (lane.c) or misses (here). */
@@ -26,22 +27,23 @@ static int is_batch(const Ext *e) {
     return (e->s.n == 1 && e->s.p[0] == '1') || (e->s.n == 4 && strncasecmp(e->s.p, "true", 4) == 0);
 }
 
-/* The numeric and flag fields; 1 ok, 0 Python. */
+/* The numeric and flag fields; 0 ok, else why Python takes the send (WHY_*). */
 static int send_fields(Send *s) {
     const Hdr *h = &s->h;
     int v2 = h->code == 310;
     const Ext *be = find_ext(h, F(h, "m", "batch"), v2 ? 1 : 5);
-    if (be != NULL && is_batch(be)) return 0;  /* batches: Python */
+    if (be != NULL && is_batch(be)) return WHY_BATCH;
     long long unused;
     if (ext_int(h, F(h, "e", "queueId"), -1, &s->qid) || ext_int(h, F(h, "f", "sysFlag"), 0, &s->sys_flag) ||
         ext_int(h, F(h, "g", "bornTimestamp"), 0, &s->born_ts) || ext_int(h, F(h, "h", "flag"), 0, &s->flag) ||
         ext_int(h, F(h, "j", "reconsumeTimes"), 0, &s->reconsume) ||
         ext_int(h, F(h, "d", "defaultTopicQueueNums"), 4, &unused))
-        return 0;
-    if (s->sys_flag & 0xC || s->sys_flag < INT32_MIN || s->sys_flag > INT32_MAX || s->flag < INT32_MIN ||
+        return WHY_FIELDS;
+    if (s->sys_flag & 0xC) return WHY_TRANSACTION;
+    if (s->sys_flag < INT32_MIN || s->sys_flag > INT32_MAX || s->flag < INT32_MIN ||
         s->flag > INT32_MAX || s->reconsume < INT32_MIN || s->reconsume > INT32_MAX)
-        return 0;  /* transactional flags, out-of-range numbers: Python */
-    return 1;
+        return WHY_FIELDS;  /* out-of-range numbers: Python */
+    return 0;
 }
 
 /* The lane entry of the send's topic (a one-entry cache in front of the topics dict); 1 ok, 0 Python, -1. */
@@ -82,21 +84,50 @@ static int choose_queue(Lane *l, Send *s) {
     return 1;
 }
 
+/* A new UNIQ_KEY into l->gen_uniq, as brokerd.message.new_uniq_id makes one: the prefix, then the ms since the
+ * start of the local month (int32) and a counter (uint16), upper-case hex. The counter and the month are
+ * process-wide (every lane of the container), the prefix differs from the Python generator's. */
+static void new_uniq(Lane *l) {
+    static const char HX[] = "0123456789ABCDEF";
+    static long long month_start = 0, next_month = 0;
+    static unsigned counter = 0;
+    long long now = now_ms();
+    if (now >= next_month) {
+        time_t t = (time_t)(now / 1000);
+        struct tm tm;
+        localtime_r(&t, &tm);
+        tm.tm_mday = 1; tm.tm_hour = tm.tm_min = tm.tm_sec = 0; tm.tm_isdst = -1;
+        struct tm nx = tm;
+        month_start = (long long)mktime(&tm) * 1000;
+        nx.tm_mon += 1; nx.tm_isdst = -1;
+        next_month = (long long)mktime(&nx) * 1000;
+    }
+    counter = (counter + 1) & 0xFFFF;
+    uint64_t tail = (uint64_t)((now - month_start) & 0x7FFFFFFF) << 16 | counter;
+    memcpy(l->gen_uniq, l->uniq_prefix, 20);
+    for (int i = 11; i >= 0; i--, tail >>= 4) l->gen_uniq[20 + i] = HX[tail & 15];
+}
+
 /* The properties (unescaped into l->scratch, parsed into s->ps) and the stored form (l->props: the pairs in
- * order, CLUSTER set); 1 ok, 0 Python. */
+ * order, a generated UNIQ_KEY after them when there was none, CLUSTER set); 0 ok, else WHY_*. */
 static int send_props(Lane *l, Send *s) {
     const Hdr *h = &s->h;
     const Ext *pe = find_ext(h, F(h, "i", "properties"), h->code == 310 ? 1 : 10);
     Py_ssize_t sn = 0;
     if (pe != NULL && pe->kind == V_STR) {
-        if (pe->s.n > SCRATCH || (sn = unescape(&pe->s, l->scratch)) < 0) return 0;
-    } else if (pe != NULL && pe->kind != V_NULL) return 0;
+        if (pe->s.n > SCRATCH || (sn = unescape(&pe->s, l->scratch)) < 0) return WHY_PROPERTIES;
+    } else if (pe != NULL && pe->kind != V_NULL) return WHY_PROPERTIES;
     s->np = parse_props(l->scratch, sn, s->ps);
-    if (s->np < 0 || prop(s->ps, s->np, "DELAY", 5) != NULL) return 0;  /* delay levels: Python */
-    s->uniq = prop(s->ps, s->np, "UNIQ_KEY", 8);
-    if (s->uniq == NULL) return 0;  /* Python assigns one */
+    if (s->np < 0) return WHY_PROPERTIES;
+    if (prop(s->ps, s->np, "DELAY", 5) != NULL) return WHY_DELAY;
     const Prop *wait = prop(s->ps, s->np, "WAIT", 4);
-    if (l->sync && wait != NULL && wait->vn == 5 && memcmp(wait->v, "false", 5) == 0) return 0;
+    if (l->sync && wait != NULL && wait->vn == 5 && memcmp(wait->v, "false", 5) == 0) return WHY_WAIT_FALSE;
+    s->uniq = prop(s->ps, s->np, "UNIQ_KEY", 8);
+    if (s->uniq == NULL) {  /* as the Python processor: a new one, after the others */
+        new_uniq(l);
+        s->ps[s->np] = (Prop){"UNIQ_KEY", 8, l->gen_uniq, 32};
+        s->uniq = &s->ps[s->np++];
+    }
     s->tags = prop(s->ps, s->np, "TAGS", 4);
     s->keys = prop(s->ps, s->np, "KEYS", 4);
     unsigned char *pp = (unsigned char *)l->props;
@@ -110,34 +141,41 @@ static int send_props(Lane *l, Send *s) {
             if (kn == 7 && memcmp(k, "CLUSTER", 7) == 0) have_cluster = 1;
             else { v = s->ps[i].v; vn = s->ps[i].vn; }
         } else if (have_cluster) break;
-        if (pn + kn + vn + 2 > MAX_PROPS) return 0;  /* Python answers PROPERTIES_SIZE_EXCEEDED */
+        if (pn + kn + vn + 2 > MAX_PROPS) return WHY_SIZE;  /* Python answers PROPERTIES_SIZE_EXCEEDED */
         memcpy(pp + pn, k, kn); pn += kn; pp[pn++] = 1;
         memcpy(pp + pn, v, vn); pn += vn; pp[pn++] = 2;
     }
     s->pn = pn;
-    return 1;
+    return 0;
 }
 
-/* Parse and check the whole request; 1 ok, 0 Python, -1 a Python exception. */
+#define PYTHON(reason) do { l->why = (reason); return 0; } while (0)
+
+/* Parse and check the whole request; 1 ok, 0 Python (l->why says why), -1 a Python exception. */
 static int parse_send(Lane *l, const unsigned char *b, Py_ssize_t total, Send *s) {
     uint32_t word = (uint32_t)be32(b + 4);
     Py_ssize_t hlen = word & 0xFFFFFF;
     uint32_t stype = word >> 24;  /* 0 JSON, 1 ROCKETMQ binary */
-    if (stype > 1 || 4 + hlen > total) return 0;
+    if (stype > 1 || 4 + hlen > total) PYTHON(WHY_HEADER);
     Hdr *h = &s->h;
     if (stype ? parse_binary_header((const char *)b + 8, hlen, h) : parse_header((const char *)b + 8, hlen, h))
-        return 0;
-    if ((h->code != 310 && h->code != 10) || (h->flag_kind && h->flag != 0) || h->ext_kind != 1) return 0;
-    if (!send_fields(s)) return 0;
+        PYTHON(WHY_HEADER);
+    if (h->code == 320) PYTHON(WHY_BATCH);
+    if (h->code != 310 && h->code != 10) PYTHON(WHY_NOT_SEND);
+    if (h->flag_kind && h->flag != 0) PYTHON(WHY_ONEWAY);
+    if (h->ext_kind != 1) PYTHON(WHY_HEADER);
+    int why = send_fields(s);
+    if (why) PYTHON(why);
     int r = topic_entry(l, s);
-    if (r == 1) r = choose_queue(l, s);
+    if (r == 0) PYTHON(WHY_TOPIC);
+    if (r == 1 && (r = choose_queue(l, s)) == 0) PYTHON(WHY_QUEUE);
     if (r != 1) return r;
-    if (!send_props(l, s)) return 0;
+    if ((why = send_props(l, s)) != 0) PYTHON(why);
     s->body = (const char *)b + 8 + hlen;
     s->blen = total - 4 - hlen;
-    if (s->blen > l->max_body) return 0;  /* Python answers MESSAGE_ILLEGAL */
+    if (s->blen > l->max_body) PYTHON(WHY_SIZE);  /* Python answers MESSAGE_ILLEGAL */
     s->size = HEADER_V4_SIZE + s->blen + PyBytes_GET_SIZE(PyTuple_GET_ITEM(s->entry, 0)) + 2 + s->pn;
-    if (s->size + 8 > l->segment_size) return 0;
+    if (s->size + 8 > l->segment_size) PYTHON(WHY_SIZE);
     return 1;
 }
 

@@ -111,6 +111,8 @@ class SendProcessor:
 
     def process(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | object:
         h = parse_send_header(cmd)
+        if self.lane is not None:
+            self.lane.count_fallback(h.topic, self.broker.meta.topics.get(h.topic) is not None)
         err = self._check(cmd, h)
         if isinstance(err, RemotingCommand):
             return err

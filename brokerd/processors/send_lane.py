@@ -1,7 +1,8 @@
 """The C send lane (``brokerd._native.SendLane``) wired to one broker.
 
 For the common case of SEND_MESSAGE (10) / SEND_MESSAGE_V2 (310) with a JSON or ROCKETMQ binary header — a
-known writable topic, a plain message with a UNIQ_KEY and no DELAY, a master store with no error flag set — the
+known writable topic, a plain message with no DELAY (without a UNIQ_KEY it gets a new one, as in Python), a
+master store with no error flag set — the
 lane does in C what ``SendProcessor.process`` and ``MessageStore.put_message_deferred`` do in Python: stored
 record into the active commit-log segment (the records of one read written with one pwrite, as
 ``CommitLog.append`` writes one), queue offset, consume-queue and key-index puts (their Python methods), and
@@ -15,6 +16,8 @@ This module keeps the two sides in step:
   master, no store error flag, no confirm-offset hold);
 * topics enter the lane after the Python processor stored a message for them (so every check of ``_check``
   has passed once), and leave it on any topic metadata change;
+* every send the Python processor takes while the lane exists is counted under the reason the lane left it
+  (``fallbacks``, on /metrics; names in ``FALLBACK_REASONS``);
 * after each run the store's and segment's positions, timestamps and the broker's counters are settled exactly
   as the Python append would have left them; a dispatch failure sets the store's error flag as the Python path
   does (``io_failed``), which closes the gate.
@@ -27,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from brokerd.message import ipv4_bytes
+from brokerd.message import ipv4_bytes, native_uniq_prefix
 from brokerd.metadata.names import RETRY_GROUP_TOPIC_PREFIX
 from brokerd.metadata.topic import PERM_WRITE, TopicConfig
 from brokerd.native import native
@@ -45,6 +48,11 @@ if TYPE_CHECKING:
     from brokerd.store.message_store import MessageStore
 
 STOP_END, STOP_FRAME, STOP_ROLL, STOP_ERROR = 0, 1, 2, 3  # 4: a failed write (see take_write_error)
+# why a send is left to the Python processor: the C lane's WHY_* values (lane.h, same order), then the gates here
+FALLBACK_REASONS = ("none", "header", "not_send", "oneway", "batch", "header_fields", "transaction",
+                    "topic_not_admitted", "queue_not_ready", "properties", "delay", "sync_wait_false", "too_large")
+GATE_REASONS = ("native_off", "not_master_or_writable", "segment_full", "store_error", "retry_topic", "new_topic")
+STOP_REASONS = {STOP_ROLL: "segment_full", STOP_ERROR: "store_error", 4: "store_error"}
 
 log = structlog.get_logger(component="send_lane")
 
@@ -62,6 +70,8 @@ class SendLane:
         self.broken = False  # the C lane raised: Python path only from then on
         self.handled = 0  # messages stored by the lane (observability, tests)
         self._notes: dict[tuple[str, int], tuple[int, int]] = {}
+        self.fallbacks: dict[str, int] = dict.fromkeys(FALLBACK_REASONS[1:] + GATE_REASONS, 0)
+        self._why: str | None = None  # why the lane left the frame at its stop position to Python
 
     # ------------------------------------------------------------------ gates and lifecycle
 
@@ -75,7 +85,7 @@ class SendLane:
         self._lane = native.SendLane(
             bind.next_queue_offsets, bind.listeners, bind.index_put, cfg.broker_cluster_name, bind.id_prefix,
             cfg.region_id, cfg.trace_on, ipv4_bytes(store.store_host[0]), store.store_host[1],
-            store.cfg.max_message_size, store.commit_log.segment_size)  # fmt: skip
+            store.cfg.max_message_size, store.commit_log.segment_size, native_uniq_prefix())  # fmt: skip
         self._lane.sync = bind.sync_flush
         self._topics.clear()
         self._gen = store.layout_generation
@@ -95,6 +105,15 @@ class SendLane:
         b = self.broker
         store = b.store
         return b.is_master() and b.is_writeable() and store.lane_open
+
+    def count_fallback(self, topic: str, known: bool) -> None:
+        """The Python processor takes a send the lane stopped at (``known``: its topic exists): count why."""
+        why, self._why = self._why, None
+        if why is None:
+            return
+        if why == "topic_not_admitted":
+            why = "retry_topic" if topic.startswith(RETRY_GROUP_TOPIC_PREFIX) else why if known else "new_topic"
+        self.fallbacks[why] = self.fallbacks.get(why, 0) + 1
 
     # ------------------------------------------------------------------ topics
 
@@ -123,14 +142,18 @@ class SendLane:
         store = self.broker.store
         if self._lane is None or store.layout_generation != self._gen or self._cfg is not self.broker.cfg:
             if self.broken or not self._open():
+                self._why = "native_off"
                 return pos
         if not self._topics:
+            self._why = "topic_not_admitted"
             return pos
         if not self._writes_allowed():
+            self._why = "not_master_or_writable"
             self.forget()
             return pos
         files = store.commit_log.files
         if not files:
+            self._why = "segment_full"
             return pos
         f = files[-1]
         lane = self._lane
@@ -145,6 +168,7 @@ class SendLane:
             log.exception("send_lane_failed")
             pos, stop = lane.pos, STOP_END
             self._lane, self._topics, self.broken = None, {}, True
+        self._why = FALLBACK_REASONS[lane.why] if stop == STOP_FRAME else STOP_REASONS.get(stop)
         if lane.msgs:
             self._settle(f, lane)
         if stop == STOP_ERROR:

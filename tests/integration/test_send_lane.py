@@ -18,7 +18,7 @@ import pytest
 
 from brokerd.broker import Broker
 from brokerd.broker_config import BrokerConfig
-from brokerd.message import decode_record, encode_batch_body, encode_properties, tags_code_of
+from brokerd.message import decode_record, encode_batch_body, encode_properties, native_uniq_prefix, tags_code_of
 from brokerd.metadata.topic import PERM_READ, TopicConfig
 from brokerd.native import native
 from brokerd.remoting import RemotingClient, RemotingCommand, encode, encode_binary, request
@@ -32,12 +32,20 @@ pytestmark = pytest.mark.skipif(native is None, reason="brokerd._native is not b
 TOPICS = ("LaneA", "LaneB", "Lane_C-" + "x" * 100)
 
 
+GENERATED = "GENERATED".ljust(32, "0")  # what the Python path assigns here; the lane's own ids are read as this
+
+
 @pytest.fixture(autouse=True)
 def same_generated_ids(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Messages without a UNIQ_KEY get a generated one (a process-wide counter): the same on both brokers here."""
+    """Messages without a UNIQ_KEY get a generated one (a process-wide counter): the same on both brokers here
+    (the lane's generated ids, of the same length, are compared as GENERATED after checking they are unique)."""
     import brokerd.message
 
-    monkeypatch.setattr(brokerd.message, "new_uniq_id", lambda: "GENERATED")
+    monkeypatch.setattr(brokerd.message, "new_uniq_id", lambda: GENERATED)
+
+
+def lane_generated(uniq: str) -> bool:
+    return uniq.startswith(native_uniq_prefix())
 
 
 class Transport:
@@ -110,6 +118,8 @@ def mixed_stream(seed: int, n: int, binary: float = 0.0) -> list[bytes]:
     for i in range(1, n + 1):
         topic = rnd.choice(TOPICS)
         props = {"UNIQ_KEY": f"U{seed:04d}{i:027d}", "WAIT": "true" if rnd.random() < 0.95 else "false"}
+        if rnd.random() < 0.25:  # as the Node client ali-ons sends: the broker assigns one
+            del props["UNIQ_KEY"]
         if rnd.random() < 0.7:
             props["TAGS"] = rnd.choice(["TagA", "TagB", "t\u00e9g", "\U0001F600"])
         if rnd.random() < 0.5:
@@ -162,11 +172,18 @@ def feed(conn: Connection, frames: list[bytes], seed: int) -> None:
 
 
 def records(b: Broker) -> list[tuple[Any, ...]]:
+    """Every record; UNIQ_KEYs the lane generated read as GENERATED (checked unique and 32 hex digits first)."""
     log = b.store.commit_log
     out = []
+    generated: set[str] = set()
     for _phys, f, pos, size in log.walk(log.min_offset, log.max_offset):
         if size > 0:
             m, _ = decode_record(f.mm, pos)
+            uniq = m.properties.get("UNIQ_KEY", "")
+            if lane_generated(uniq):
+                assert uniq not in generated and len(uniq) == 32 and int(uniq, 16) >= 0
+                generated.add(uniq)
+                m.properties["UNIQ_KEY"] = GENERATED
             out.append((m.topic, m.queue_id, m.queue_offset, m.commit_log_offset, m.flag, m.sys_flag, m.born_timestamp,
                         m.born_host, m.store_host, m.reconsume_times, m.body, m.properties, m.store_size))  # fmt: skip
     return out
@@ -179,8 +196,27 @@ def queues(b: Broker) -> dict[tuple[str, int], list[tuple[int, int, int] | None]
     return {k: [e[:2] if e and k[0] == "SCHEDULE_TOPIC_XXXX" else e for e in v] for k, v in out.items()}
 
 
+def lane_generated_keys(b: Broker) -> list[tuple[str, str, int]]:
+    """(topic, UNIQ_KEY, physical offset) of the records whose UNIQ_KEY the lane generated."""
+    log = b.store.commit_log
+    out = []
+    for _phys, f, pos, size in log.walk(log.min_offset, log.max_offset):
+        if size > 0:
+            m, _ = decode_record(f.mm, pos)
+            if lane_generated(m.properties.get("UNIQ_KEY", "")):
+                out.append((m.topic, m.properties["UNIQ_KEY"], m.commit_log_offset))
+    return out
+
+
+def ext_of(c: RemotingCommand) -> dict[str, str]:
+    """An answer's fields; a transactionId the lane generated reads as GENERATED."""
+    if lane_generated(c.ext.get("transactionId", "")):
+        return {**c.ext, "transactionId": GENERATED}
+    return c.ext
+
+
 def answers(tr: Transport) -> dict[int, tuple[int, str | None, dict[str, str]]]:
-    return {c.opaque: (c.code, c.remark, c.ext) for c in tr.frames}
+    return {c.opaque: (c.code, c.remark, ext_of(c)) for c in tr.frames}
 
 
 async def all_answered(*trs: Transport) -> None:
@@ -220,6 +256,16 @@ async def test_lane_stores_and_answers_exactly_like_the_python_path(tmp_path: Pa
                 assert qa == qb
                 found += len(qa)
         assert found > 50
+        generated = lane_generated_keys(a)
+        assert len(generated) > 50, "sends without a UNIQ_KEY must take the lane"
+        for topic, uniq, phys in generated[:40]:  # the lane's own UNIQ_KEYs are in the key index
+            assert [decode_record(buf)[0].commit_log_offset
+                    for buf in a.store.query_message(topic, uniq, 4, 0, 2**62).buffers] == [phys]
+        sends = sum(1 for f in frames if FrameDecoder().feed(f)[0].code in (10, 310, 320))
+        why = a.send_lane.fallbacks
+        assert sum(why.values()) == sends - a.send_lane.handled  # every send left to Python is counted
+        assert min(why["batch"], why["delay"], why["oneway"], why["retry_topic"], why["queue_not_ready"]) > 0
+        assert why["header"] == why["new_topic"] == 0
         assert a.stats.msgs_in == b.stats.msgs_in and a.stats.bytes_in == b.stats.bytes_in
         assert a.store.max_phy_offset == b.store.max_phy_offset
         assert a.store.dispatched_offset == a.store.max_phy_offset
@@ -385,7 +431,7 @@ async def test_mutated_send_frames_get_the_python_answers_and_never_crash(tmp_pa
                 closed: list[bool] = []
                 conn.close = lambda c=closed: c.append(True)  # type: ignore[method-assign]
                 conn.data_received(raw)
-                outcomes[name].append(([(c.opaque, c.code, c.remark, c.ext) for c in tr.frames], bool(closed)))
+                outcomes[name].append(([(c.opaque, c.code, c.remark, ext_of(c)) for c in tr.frames], bool(closed)))
         assert outcomes["a"] == outcomes["b"]
         assert sum(1 for frames, closed in outcomes["a"] if closed) > 20  # the fuzz reached the error paths
         assert a.send_lane is not None and a.send_lane.handled > 500
@@ -450,8 +496,8 @@ CAPTURES = json.loads((Path(__file__).parents[1] / "testdata" / "client_first_fr
 
 @pytest.mark.parametrize("capture", [f for f in CAPTURES if f["target"] == "broker"], ids=lambda f: f["client"][:28])
 async def test_real_client_sends_take_the_lane_when_they_can(tmp_path: Path, capture: dict[str, Any]) -> None:
-    """The first send of a queue goes through Python (admission); the next identical one takes the lane when it
-    has a UNIQ_KEY (ali-ons sends none: Python assigns it), with a JSON or a binary header."""
+    """The first send of a queue goes through Python (admission); the next identical one takes the lane, with a
+    JSON or a binary header, with or without a UNIQ_KEY (ali-ons sends none: the lane assigns one)."""
     raw = bytes.fromhex(capture["hex"])
     cmd = FrameDecoder().feed(raw)[0]
     b, conn, tr = await start_broker(tmp_path, True)
@@ -460,10 +506,29 @@ async def test_real_client_sends_take_the_lane_when_they_can(tmp_path: Path, cap
         conn.data_received(raw)
         conn.data_received(raw)
         assert [c.code for c in tr.frames] == [0, 0]
-        takes_lane = "UNIQ_KEY" in (cmd.ext.get("i") or cmd.ext.get("properties") or "")
-        assert b.send_lane is not None and b.send_lane.handled == (1 if takes_lane else 0)
+        assert b.send_lane is not None and b.send_lane.handled == 1
         first, second = records(b)
         assert first[:2] == second[:2] and first[4:] [:-3] == second[4:][:-3]  # same topic, queue, flags, body
         assert int(tr.frames[1].ext["queueOffset"]) == int(tr.frames[0].ext["queueOffset"]) + 1
     finally:
+        await b.shutdown()
+
+
+@pytest.mark.parametrize("v1", [False, True])
+async def test_a_new_topics_sends_take_the_lane_once_python_created_it(tmp_path: Path, v1: bool) -> None:
+    """A topic auto-created by its first send (TBW102): each queue's first send goes through Python (it creates
+    the topic and the queue), every later one takes the lane; both answer and store as the Python path alone."""
+    frames = [send(i, "FreshTopic", i % 4, {"TAGS": "t"} if i % 2 else {"UNIQ_KEY": f"N{i:031d}"}, b"n" * i, v1=v1)
+              for i in range(1, 41)]  # fmt: skip
+    (a, ca, ta), (b, cb, tb) = [await start_broker(tmp_path / name, lane) for name, lane in (("a", True), ("b", False))]
+    try:
+        feed(ca, frames, 1)
+        feed(cb, frames, 1)
+        await all_answered(ta, tb)
+        assert answers(ta) == answers(tb) and {c.code for c in ta.frames} == {0}
+        assert records(a) == records(b) and queues(a) == queues(b)
+        assert a.send_lane is not None and a.send_lane.handled == 36
+        assert a.send_lane.fallbacks["new_topic"] == 1 and a.send_lane.fallbacks["queue_not_ready"] == 3
+    finally:
+        await a.shutdown()
         await b.shutdown()
