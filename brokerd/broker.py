@@ -92,6 +92,7 @@ class Broker:
         send = SendProcessor(self)
         self.transactions = TransactionProcessor(self)
         self.send_lane = send.lane
+        self.send_admission = send.admission
         self.dispatcher.lane = self.fast_dispatcher.lane = send.lane
         for proc in (send, self.transactions, self.pull, OffsetProcessor(self), ClientProcessor(self),
                      SendBackProcessor(self), QueryProcessor(self), AdminProcessor(self)):

@@ -47,6 +47,20 @@ class LaneCounter(Protocol):
         ...
 
 
+class RefusalCounter(Protocol):
+    """Overload shedding (brokerd/processors/admission.py), as far as `/metrics` counts it."""
+
+    @property
+    def refused(self) -> Mapping[str, int]:
+        """Sends answered SYSTEM_BUSY, by reason."""
+        ...
+
+    @property
+    def pending(self) -> int:
+        """Stored sends not answered yet."""
+        ...
+
+
 class HostedStore(Protocol):
     """What the container reads and sets on a hosted broker's message store."""
 
@@ -87,6 +101,9 @@ class HostedBroker(Protocol):
 
     @property
     def send_lane(self) -> LaneCounter | None: ...
+
+    @property
+    def send_admission(self) -> RefusalCounter: ...
 
     @property
     def store(self) -> HostedStore: ...

@@ -15,6 +15,8 @@ COUNTERS: tuple[tuple[str, str, str, Callable[[HostedBroker], int]], ...] = (
     ("rocketmq_bytes_in_total", "counter", "Stored bytes", lambda b: b.stats.bytes_in),
     ("rocketmq_send_lane_messages_total", "counter", "Messages of rocketmq_messages_in_total stored by the C send lane",
      lambda b: b.send_lane.handled if b.send_lane is not None else 0),
+    ("rocketmq_send_queue_size", "gauge", "Stored sends waiting for their answer (flush, replicas)",
+     lambda b: b.send_admission.pending),
     ("rocketmq_bytes_out_total", "counter", "Bytes returned to consumers", lambda b: b.stats.bytes_out),
     ("rocketmq_errors_total", "counter", "Failed requests", lambda b: b.stats.errors),
     ("rocketmq_disk_usage_bytes", "gauge", "Commit log + consume queue + index bytes",
@@ -60,6 +62,11 @@ def render(container: BrokerDirectory) -> str:
         for sid, s in sorted(st.get("slaves", {}).items()):
             lag = max(0, int(st["maxOffset"]) - int(s["ack"]))
             lines.append(f'rocketmq_ha_slave_lag_bytes{{broker="{_escape(ident)}",slave="{_escape(sid)}"}} {lag}')
+    lines.append("# HELP rocketmq_send_refused_total Sends answered SYSTEM_BUSY at once (overload shedding), by reason")
+    lines.append("# TYPE rocketmq_send_refused_total counter")
+    for ident, slot in slots:
+        for reason, n in sorted(slot.broker.send_admission.refused.items()):
+            lines.append(f'rocketmq_send_refused_total{{broker="{_escape(ident)}",reason="{reason}"}} {n}')
     lines.append("# HELP rocketmq_send_lane_fallbacks_total Sends the Python processor took while the C send lane"
                  " exists, by why the lane left them")
     lines.append("# TYPE rocketmq_send_lane_fallbacks_total counter")

@@ -100,7 +100,7 @@ static PyObject *Lane_take_error(Lane *l, PyObject *unused) { return take(&l->er
 
 static PyObject *Lane_take_write_error(Lane *l, PyObject *unused) { return take(&l->write_error); }
 
-/* run(buf, pos, fd, base, wrote, limit, born_ip, born_port, out, max_frame, notes) -> (pos, stop)
+/* run(buf, pos, fd, base, wrote, limit, born_ip, born_port, out, max_frame, notes[, busy]) -> (pos, stop)
  * Handles consecutive common-case sends from buf[pos:], writing their records at position `wrote` of the
  * segment file `fd` (starting at log offset `base`; records must end by `limit`; written with pwrite, not
  * through the mapping: see lane_write) and appending their response frames to `out`. Stops at the first
@@ -109,11 +109,18 @@ static PyObject *Lane_take_write_error(Lane *l, PyObject *unused) { return take(
  * the end of the complete frames (0). Staged records are written before it returns, also when it raises.
  * Results: .wrote .msgs .bytes .last_ts .dispatched_end; `notes` gets {(topic, qid): (last queue offset, its
  * tags code)} for the dispatch listeners, which the caller runs once the store's positions are settled (a
- * listener may read the new message at once). */
+ * listener may read the new message at once). With `busy` (a str), the run stores nothing: every send is
+ * answered SYSTEM_BUSY with that remark (overload; .refused counts them). */
 static PyObject *Lane_run(Lane *l, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 11 || !PyDict_Check(args[10])) {
-        PyErr_SetString(PyExc_TypeError, "run takes 11 arguments, the last a dict");
+    if (nargs < 11 || nargs > 12 || !PyDict_Check(args[10])) {
+        PyErr_SetString(PyExc_TypeError, "run takes 11 or 12 arguments, the 11th a dict");
         return NULL;
+    }
+    l->busy = NULL;
+    l->refused = 0;
+    if (nargs == 12 && args[11] != Py_None) {
+        l->busy = PyUnicode_AsUTF8AndSize(args[11], &l->busy_n);  /* the str outlives the run */
+        if (l->busy == NULL) return NULL;
     }
     Py_ssize_t pos = PyLong_AsSsize_t(args[1]), max_frame = PyLong_AsSsize_t(args[9]);
     long fd = PyLong_AsLong(args[2]);
@@ -157,6 +164,7 @@ static PyObject *Lane_run(Lane *l, PyObject *const *args, Py_ssize_t nargs) {
     if (lane_write(l, args[8])) stop = STOP_WRITE_FAILED;
     res = Py_BuildValue("(ni)", pos, stop);
 done:
+    l->busy = NULL;
     PyBuffer_Release(&in);
     return res;
 }
@@ -179,6 +187,7 @@ static PyObject *Lane_get(Lane *l, void *which) {
         case 4: return PyLong_FromLongLong(l->dispatched_end);
         case 6: return PyLong_FromSsize_t(l->pos);
         case 7: return PyLong_FromLong(l->why);
+        case 8: return PyLong_FromLongLong(l->refused);
         default: return PyLong_FromSsize_t(PyDict_GET_SIZE(l->topics));
     }
 }
@@ -193,6 +202,7 @@ static PyGetSetDef Lane_getset[] = {
     {"pos", (getter)Lane_get, NULL, "buffer position after the last frame the last run handled", (void *)6},
     {"why", (getter)Lane_get, NULL, "why the last run left the frame it stopped at to Python (an index into "
      "send_lane.FALLBACK_REASONS)", (void *)7},
+    {"refused", (getter)Lane_get, NULL, "sends the last run answered SYSTEM_BUSY (run with busy)", (void *)8},
     {"sync", (getter)Lane_get_sync, (setter)Lane_set_sync, "SYNC_FLUSH: WAIT=false sends go to Python", NULL},
     {NULL},
 };

@@ -21,6 +21,8 @@ typedef struct {
     char uniq_prefix[20];   /* UNIQ_KEYs the lane generates: this prefix + ms since month start + counter */
     char gen_uniq[32];      /* the UNIQ_KEY generated for the current send */
     int why;                /* why the last frame the lane stopped at is left to Python (a WHY_* value) */
+    const char *busy; Py_ssize_t busy_n;  /* overload: every send of this run is refused with this remark */
+    long long refused;      /* sends the last run refused */
     char region[256]; Py_ssize_t region_n;  /* JSON-encoded value, quotes included */
     int trace_on;
     int sync;               /* SYNC_FLUSH store: a WAIT=false message is answered before the flush (Python) */

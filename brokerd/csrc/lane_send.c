@@ -323,8 +323,37 @@ int lane_write(Lane *l, PyObject *out) {
     return -1;
 }
 
+/* Overload: a send refused with SYSTEM_BUSY and l->busy as remark, as SendProcessor.process answers it (a
+ * one-way send gets no answer); 1 taken, 0 Python (not a send, or a header only the Python codec reads). */
+static int refuse(Lane *l, const unsigned char *b, Py_ssize_t total, PyObject *out) {
+    uint32_t word = (uint32_t)be32(b + 4);
+    Py_ssize_t hlen = word & 0xFFFFFF;
+    uint32_t stype = word >> 24;
+    Hdr h;
+    if (stype > 1 || 4 + hlen > total ||
+        (stype ? parse_binary_header((const char *)b + 8, hlen, &h) : parse_header((const char *)b + 8, hlen, &h)))
+        PYTHON(WHY_HEADER);
+    if (h.code != 310 && h.code != 10 && h.code != 320) PYTHON(WHY_NOT_SEND);
+    if (h.flag_kind && h.flag != 0 && h.flag != 2) PYTHON(WHY_HEADER);  /* a response bit: not a request */
+    l->refused++;
+    if (h.flag_kind && h.flag == 2) return 1;
+    Out o;
+    out_init(&o);
+    int rc = OUT_LIT(&o, "{\"code\":2,\"extFields\":{},\"flag\":1,\"language\":\"JAVA\",\"opaque\":");
+    rc |= out_ll(&o, h.opaque_kind ? h.opaque : 0);
+    rc |= OUT_LIT(&o, ",\"serializeTypeCurrentRPC\":\"JSON\",\"version\":479,\"remark\":");
+    rc |= out_jstr(&o, l->busy, l->busy_n);
+    rc |= OUT_LIT(&o, "}");
+    PyObject *fb = rc ? NULL : frame_bytes(&o, 0);
+    out_free(&o);
+    if (fb == NULL || PyList_Append(out, fb) < 0) { Py_XDECREF(fb); return -1; }
+    Py_DECREF(fb);
+    return 1;
+}
+
 int lane_one(Lane *l, const unsigned char *b, Py_ssize_t total, long long base, long long limit,
              const unsigned char *born_ip, long long born_port, PyObject *out, PyObject *notes) {
+    if (l->busy != NULL) return refuse(l, b, total, out);
     Send s;
     int r = parse_send(l, b, total, &s);
     if (r != 1) return r;

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -12,6 +13,7 @@ from brokerd.message import MessageInner
 from brokerd.metadata.names import RETRY_GROUP_TOPIC_PREFIX, RMQ_SYS_SCHEDULE_TOPIC, RMQ_SYS_TRANS_HALF_TOPIC, dlq_topic
 from brokerd.metadata.topic import PERM_WRITE, TopicConfig, validate_topic
 from brokerd.native import native
+from brokerd.processors.admission import SendAdmission
 from brokerd.processors.put_codes import PUT_STATUS_CODES, STORED_CODES
 from brokerd.processors.send_lane import SendLane
 from brokerd.processors.transaction import is_half_request, to_half
@@ -94,7 +96,8 @@ class SendProcessor:
         self.store_host = (broker.cfg.broker_ip1, broker.cfg.listen_port)
         self._valid_topics: set[str] = set()
         self._tag_codes: dict[str, int] = {}
-        self.lane = SendLane(broker, NOT_ALLOWED_SEND_TOPICS) if native is not None else None
+        self.admission = SendAdmission(lambda: broker.cfg)  # overload shedding, shared with the lane
+        self.lane = SendLane(broker, NOT_ALLOWED_SEND_TOPICS, self.admission) if native is not None else None
 
     def tags_code(self, tags: str | None) -> int:
         if not tags:
@@ -110,6 +113,10 @@ class SendProcessor:
         return {10: self.process, 310: self.process, 320: self.process}
 
     def process(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | object:
+        busy = self.admission.refusal(time.monotonic())
+        if busy is not None:  # overload: answered at once, not stored
+            self.admission.refuse(busy)
+            return cmd.response(ResponseCode.SYSTEM_BUSY, busy)
         h = parse_send_header(cmd)
         if self.lane is not None:
             self.lane.count_fallback(h.topic, self.broker.meta.topics.get(h.topic) is not None)
@@ -246,12 +253,15 @@ class SendProcessor:
             self.broker.stats.errors += 1
             return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE,
                                 "service not available now: the disk is full or over its quota")
+        t0 = time.monotonic()
         if len(msgs) == 1:
             uniq = msgs[0].properties.get(m.UNIQ_KEY, "")
             res = store.append_message(msgs[0])
         else:
             uniq = ",".join(x.properties.get(m.UNIQ_KEY, "") for x in msgs)
             res = store.append_messages(msgs)
+        now = time.monotonic()
+        self.admission.put_took(now - t0, now)
         if res.status is not PutStatus.PUT_OK:
             return self._answer(cmd, res, queue_id, uniq)
         ack = self.broker.acks.wait(res.end_offset, msgs[0].properties.get(m.WAIT) != "false")
@@ -260,8 +270,10 @@ class SendProcessor:
             return self._answer(cmd, res, queue_id, uniq)
         # wait for the flush (group commit) and/or the replicas: answer from the callback, no task per message
         out: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
+        waiting = self.admission.waiting(1, t0)
 
         def done(f: asyncio.Future[PutStatus]) -> None:
+            self.admission.answered(waiting)
             if not out.done():
                 res.status = PutStatus.FLUSH_SLAVE_TIMEOUT if f.cancelled() else f.result()
                 out.set_result(self._answer(cmd, res, queue_id, uniq))

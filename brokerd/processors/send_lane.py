@@ -26,6 +26,7 @@ This module keeps the two sides in step:
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -34,6 +35,7 @@ from brokerd.message import ipv4_bytes, native_uniq_prefix
 from brokerd.metadata.names import RETRY_GROUP_TOPIC_PREFIX
 from brokerd.metadata.topic import PERM_WRITE, TopicConfig
 from brokerd.native import native
+from brokerd.processors.admission import SendAdmission
 from brokerd.processors.put_codes import PUT_STATUS_CODES, STORED_CODES
 from brokerd.remoting.codec import FrameDecoder
 from brokerd.remoting.codes import ResponseCode
@@ -60,9 +62,10 @@ log = structlog.get_logger(component="send_lane")
 class SendLane:
     """Callable as a dispatcher lane: (conn, buf, pos, out) -> new pos."""
 
-    def __init__(self, broker: BrokerContext, not_allowed: frozenset[str]) -> None:
+    def __init__(self, broker: BrokerContext, not_allowed: frozenset[str], admission: SendAdmission) -> None:
         self.broker = broker
         self.not_allowed = not_allowed
+        self.admission = admission  # overload shedding: while it refuses, the lane declines and Python answers
         self._lane: Any = None
         self._gen = -1
         self._cfg: object = None  # the broker config the lane was built with (cluster, region, trace flag)
@@ -144,6 +147,10 @@ class SendLane:
             if self.broken or not self._open():
                 self._why = "native_off"
                 return pos
+        now = time.monotonic()
+        busy = self.admission.refusal(now)
+        if busy is not None:
+            return self._refuse(conn, buf, pos, out, busy)
         if not self._topics:
             self._why = "topic_not_admitted"
             return pos
@@ -169,6 +176,8 @@ class SendLane:
             pos, stop = lane.pos, STOP_END
             self._lane, self._topics, self.broken = None, {}, True
         self._why = FALLBACK_REASONS[lane.why] if stop == STOP_FRAME else STOP_REASONS.get(stop)
+        end = time.monotonic()
+        self.admission.put_took(end - now, end)
         if lane.msgs:
             self._settle(f, lane)
         if stop == STOP_ERROR:
@@ -179,10 +188,26 @@ class SendLane:
         if self._notes:
             self._wake_listeners(store)
         if answers is not out and answers:
-            self._answer_when_acked(conn, answers, f.base + lane.wrote)
+            self._answer_when_acked(conn, answers, f.base + lane.wrote, now)
         return pos
 
-    def _answer_when_acked(self, conn: Connection, answers: list[bytes | memoryview], end: int) -> None:
+    def _refuse(self, conn: Connection, buf: bytearray, pos: int, out: list[bytes | memoryview], busy: str) -> int:
+        """Overload: the sends from ``pos`` on are answered SYSTEM_BUSY with the remark ``busy`` and not stored
+        (in C, as cheap as a refusal must be when clients resend at once), up to the first other frame."""
+        lane = self._lane
+        try:
+            pos, _stop = lane.run(buf, pos, 0, 0, 0, 0, b"\0\0\0\0", 0, out, conn.max_frame, self._notes, busy)
+        except Exception:  # noqa: BLE001 - a bug or MemoryError: the Python path refuses
+            log.exception("send_lane_failed")
+            pos = lane.pos
+            self._lane, self._topics, self.broken = None, {}, True
+        self._why = None
+        if lane.refused:
+            self.admission.refuse(busy, lane.refused)
+        return pos
+
+    def _answer_when_acked(self, conn: Connection, answers: list[bytes | memoryview], end: int,
+                           read_at: float) -> None:
         """The answers of one read go out once the broker's put acknowledgement (flush and/or replicas, the same
         ``PutAcks`` the Python path uses) covers their last record; with its failure status otherwise."""
         ack = self.broker.acks.wait(end)
@@ -190,9 +215,11 @@ class SendLane:
             self._write_answers(conn, answers, ack)
             return
         conn.inflight.add(ack)  # a broker being removed finishes these requests first
+        waiting = self.admission.waiting(len(answers), read_at)
 
         def done(f: asyncio.Future[PutStatus]) -> None:
             conn.inflight.discard(f)
+            self.admission.answered(waiting)
             self._write_answers(conn, answers, PutStatus.FLUSH_SLAVE_TIMEOUT if f.cancelled() else f.result())
 
         ack.add_done_callback(done)

@@ -133,6 +133,78 @@ async def produce(addr: str, topic: str, conns: int, inflight: int, total: int, 
             "p99_ms": round(lat[int(len(lat) * 0.99)] * 1000, 3), "errors": errors}
 
 
+def _pct(xs: list[float], q: float) -> float:
+    return round(xs[min(len(xs) - 1, int(len(xs) * q))] * 1000, 3) if xs else 0.0
+
+
+async def flood(addr: str, topic: str, conns: int, inflight: int, seconds: float, body_size: int,
+                queues: int) -> dict[str, object]:
+    """Closed loop for ``seconds``: each answer (success or refusal) frees its slot for a new send. Latency of
+    every answer; successes per 0.5 s; refusals (SYSTEM_BUSY) by the bracketed reason of their remark."""
+    host, port = addr.rsplit(":", 1)
+    loop = asyncio.get_running_loop()
+    body = b"x" * body_size
+    sent_at: dict[int, float] = {}
+    lat_all: list[float] = []
+    lat_ok: list[float] = []
+    codes: dict[str, int] = {}
+    busy: dict[str, int] = {}
+    ok_per_half_s: list[int] = []
+    state = {"op": 0, "stop": False}
+    done = asyncio.Event()
+    protos: list[Conn] = []
+    t0 = time.perf_counter()
+
+    def send(p: Conn) -> None:
+        state["op"] += 1
+        op = state["op"]
+        ext = {"a": "bench_pg", "b": topic, "c": "TBW102", "d": str(queues), "e": str(op % queues), "f": "0",
+               "g": str(int(time.time() * 1000)), "h": "0", "i": "TAGS\x01flood\x02WAIT\x01true\x02", "j": "0",
+               "k": "false", "m": "false"}
+        sent_at[op] = time.perf_counter()
+        assert p.transport is not None
+        p.transport.write(frame(310, op, ext, body))
+
+    def make(idx: int) -> Conn:
+        def on_response(h: dict, blen: int) -> None:  # type: ignore[type-arg]
+            now = time.perf_counter()
+            dt = now - sent_at.pop(h["opaque"], now)
+            lat_all.append(dt)
+            code = h["code"]
+            codes[str(code)] = codes.get(str(code), 0) + 1
+            if code == 0:
+                lat_ok.append(dt)
+                b = int((now - t0) / 0.5)
+                ok_per_half_s.extend([0] * (b + 1 - len(ok_per_half_s)))
+                ok_per_half_s[b] += 1
+            elif code == 2:
+                reason = str(h.get("remark", "")).split("]", 1)[0].lstrip("[")
+                busy[reason] = busy.get(reason, 0) + 1
+            if now - t0 < seconds:
+                send(protos[idx])
+            elif not sent_at:
+                done.set()
+        return Conn(on_response)
+
+    for i in range(conns):
+        _, p = await loop.create_connection(lambda i=i: make(i), host, int(port))
+        protos.append(p)
+    for _ in range(inflight):
+        for p in protos:
+            send(p)
+    await asyncio.wait_for(done.wait(), seconds + 120)
+    dt = time.perf_counter() - t0
+    for p in protos:
+        assert p.transport is not None
+        p.transport.close()
+    lat_all.sort()
+    lat_ok.sort()
+    ok = codes.get("0", 0)
+    return {"seconds": round(dt, 3), "answers": len(lat_all), "ok": ok, "ok_per_s": round(ok / dt), "codes": codes,
+            "busy": busy, "p50_ms": _pct(lat_all, 0.5), "p99_ms": _pct(lat_all, 0.99), "max_ms": _pct(lat_all, 1.0),
+            "ok_p99_ms": _pct(lat_ok, 0.99), "ok_per_half_s": ok_per_half_s}
+
+
 async def consume(addr: str, topic: str, queues: int, conns: int, expect: int) -> dict[str, object]:
     """Pull every queue from offset 0 until `expect` messages were read; pipelined one pull per queue."""
     host, port = addr.rsplit(":", 1)
@@ -187,7 +259,7 @@ async def consume(addr: str, topic: str, queues: int, conns: int, expect: int) -
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=["produce", "consume"])
+    ap.add_argument("mode", choices=["produce", "consume", "flood"])
     ap.add_argument("--addr", required=True)
     ap.add_argument("--topic", default="BenchTopic")
     ap.add_argument("--conns", type=int, default=4)
@@ -195,12 +267,15 @@ def main() -> int:
     ap.add_argument("--total", type=int, default=100_000)
     ap.add_argument("--body", type=int, default=1024)
     ap.add_argument("--queues", type=int, default=8)
+    ap.add_argument("--seconds", type=float, default=5.0, help="flood: how long new sends are issued")
     ap.add_argument("--binary", action="store_true", help="ROCKETMQ binary request headers instead of JSON")
     a = ap.parse_args()
     global BINARY
     BINARY = a.binary
     uvloop.install()
-    if a.mode == "produce":
+    if a.mode == "flood":
+        res = asyncio.run(flood(a.addr, a.topic, a.conns, a.inflight, a.seconds, a.body, a.queues))
+    elif a.mode == "produce":
         res = asyncio.run(produce(a.addr, a.topic, a.conns, a.inflight, a.total, a.body, a.queues))
     else:
         res = asyncio.run(consume(a.addr, a.topic, a.queues, a.conns, a.total))

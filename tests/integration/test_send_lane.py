@@ -532,3 +532,37 @@ async def test_a_new_topics_sends_take_the_lane_once_python_created_it(tmp_path:
     finally:
         await a.shutdown()
         await b.shutdown()
+
+
+@pytest.mark.parametrize("binary", [0.0, 0.5])
+async def test_overload_refusals_are_the_python_paths_and_store_nothing(tmp_path: Path, binary: float) -> None:
+    """While the send queue is full every send is answered SYSTEM_BUSY at once, by the lane in C exactly as by the
+    Python processor (one-way sends unanswered, other requests served); once it drains both store alike again."""
+    frames = mixed_stream(17, 300, binary)
+    (a, ca, ta), (b, cb, tb) = [await start_broker(tmp_path / name, lane, flush_disk_type="SYNC_FLUSH")
+                                for name, lane in (("a", True), ("b", False))]  # fmt: skip
+    try:
+        feed(ca, frames[:20], 1)  # admit topics and queues
+        feed(cb, frames[:20], 1)
+        await all_answered(ta, tb)
+        full = [x.send_admission.waiting(x.cfg.send_thread_pool_queue_capacity, asyncio.get_running_loop().time())
+                for x in (a, b)]  # fmt: skip
+        before = len(ta.frames), records(a)
+        feed(ca, frames[20:200], 2)
+        feed(cb, frames[20:200], 3)
+        await all_answered(ta, tb)
+        assert answers(ta) == answers(tb)
+        busy = [c for c in ta.frames[before[0]:] if c.code == ResponseCode.SYSTEM_BUSY]
+        assert len(busy) > 100 and {c.remark for c in busy} == {"[OVERLOAD]system busy, start flow control for a while"}
+        assert records(a) == before[1]  # nothing stored
+        assert a.send_admission.refused == b.send_admission.refused and a.send_admission.refused["overload"] > 100
+        for x, entry in zip((a, b), full, strict=True):
+            x.send_admission.answered(entry)
+        feed(ca, frames[200:], 4)
+        feed(cb, frames[200:], 5)
+        await all_answered(ta, tb)
+        assert answers(ta) == answers(tb) and records(a) == records(b) and queues(a) == queues(b)
+        assert a.send_lane is not None and a.send_lane.handled > 50
+    finally:
+        await a.shutdown()
+        await b.shutdown()
