@@ -9,6 +9,7 @@
 #define MAX_PROPS 32767
 #define SCRATCH (64 * 1024)
 #define STAGE_MAX (1 << 20)  /* staged record bytes written at once (a larger record is staged alone) */
+#define MAX_LEVELS 64
 
 typedef struct {
     PyObject_HEAD
@@ -23,6 +24,9 @@ typedef struct {
     int why;                /* why the last frame the lane stopped at is left to Python (a WHY_* value) */
     const char *busy; Py_ssize_t busy_n;  /* overload: every send of this run is refused with this remark */
     long long refused;      /* sends the last run refused */
+    /* delay levels: the schedule topic's lane entry (as in `topics`) and name, the delay of each level (ms) */
+    PyObject *delay_entry, *delay_topic;
+    long long delay_ms[MAX_LEVELS]; int n_levels;
     char region[256]; Py_ssize_t region_n;  /* JSON-encoded value, quotes included */
     int trace_on;
     int sync;               /* SYNC_FLUSH store: a WAIT=false message is answered before the flush (Python) */
@@ -51,7 +55,11 @@ typedef struct {
 typedef struct {
     Hdr h;
     long long qid, sys_flag, born_ts, flag, reconsume;
-    PyObject *entry;     /* borrowed: the topic's lane entry */
+    PyObject *entry;     /* borrowed: the lane entry of the topic stored under (the schedule topic's when delayed) */
+    PyObject *topic_obj; /* borrowed: that topic's name (the key index's topic) */
+    const char *topic_p; Py_ssize_t topic_n;  /* the request's topic (UTF-8, unescaped) */
+    long long answer_qid; /* the queue id the answer names (the request's, also when delayed) */
+    int level;           /* delay level (> 0: stored in the schedule topic's queue level - 1) */
     Prop ps[MAX_PROPS_N + 1];  /* + a generated UNIQ_KEY */
     int np;
     const Prop *uniq, *tags, *keys;

@@ -51,8 +51,11 @@ static int topic_entry(Lane *l, Send *s) {
     const Hdr *h = &s->h;
     const Ext *te = find_ext(h, F(h, "b", "topic"), h->code == 310 ? 1 : 5);
     if (te == NULL || te->kind != V_STR || te->s.esc || te->s.n == 0 || te->s.n > 255) return 0;
+    s->topic_p = te->s.p;
+    s->topic_n = te->s.n;
     if (l->last_topic_n == te->s.n && memcmp(l->last_topic, te->s.p, te->s.n) == 0) {
         s->entry = l->last_entry;
+        s->topic_obj = l->last_topic_obj;
         return 1;
     }
     PyObject *t = PyUnicode_DecodeUTF8(te->s.p, te->s.n, NULL);
@@ -65,6 +68,7 @@ static int topic_entry(Lane *l, Send *s) {
     l->last_entry = Py_NewRef(entry);
     l->last_topic_obj = t;
     s->entry = entry;
+    s->topic_obj = t;
     return 1;
 }
 
@@ -81,6 +85,7 @@ static int choose_queue(Lane *l, Send *s) {
     if (s->qid >= (wq > rq ? wq : rq) || s->qid >= PyTuple_GET_SIZE(qkeys) || s->qid >= PyTuple_GET_SIZE(cq_puts) ||
         PyTuple_GET_ITEM(cq_puts, s->qid) == Py_None)  /* no consume queue yet: Python creates it */
         return 0;
+    s->answer_qid = s->qid;
     return 1;
 }
 
@@ -108,6 +113,27 @@ static void new_uniq(Lane *l) {
     for (int i = 11; i >= 0; i--, tail >>= 4) l->gen_uniq[20 + i] = HX[tail & 15];
 }
 
+/* The delay level of a DELAY property as ScheduleService.apply_delay reads it (plain digits only; anything else
+ * is left to Python): 0 ok (s->level > 0: delayed, clamped to the levels), else WHY_*. */
+static int delay_level(Lane *l, Send *s, const Prop *d) {
+    s->level = 0;
+    if (d == NULL) return 0;
+    if (d->vn > 9) return WHY_DELAY;
+    long long v = 0;
+    for (Py_ssize_t i = 0; i < d->vn; i++) {
+        if (d->v[i] < '0' || d->v[i] > '9') return WHY_DELAY;
+        v = v * 10 + (d->v[i] - '0');
+    }
+    if (v == 0) return 0;  /* level 0: a plain message */
+    if (l->delay_entry == NULL) return WHY_DELAY;  /* the schedule topic is not admitted yet */
+    s->level = (int)(v < l->n_levels ? v : l->n_levels);
+    PyObject *cq_puts = PyTuple_GET_ITEM(l->delay_entry, 5);
+    if (s->level > PyTuple_GET_SIZE(cq_puts) || s->level > PyTuple_GET_SIZE(PyTuple_GET_ITEM(l->delay_entry, 4)) ||
+        PyTuple_GET_ITEM(cq_puts, s->level - 1) == Py_None)
+        return WHY_DELAY;  /* the level's queue does not exist yet: Python creates it */
+    return 0;
+}
+
 /* The properties (unescaped into l->scratch, parsed into s->ps) and the stored form (l->props: the pairs in
  * order, a generated UNIQ_KEY after them when there was none, CLUSTER set); 0 ok, else WHY_*. */
 static int send_props(Lane *l, Send *s) {
@@ -119,7 +145,8 @@ static int send_props(Lane *l, Send *s) {
     } else if (pe != NULL && pe->kind != V_NULL) return WHY_PROPERTIES;
     s->np = parse_props(l->scratch, sn, s->ps);
     if (s->np < 0) return WHY_PROPERTIES;
-    if (prop(s->ps, s->np, "DELAY", 5) != NULL) return WHY_DELAY;
+    int why = delay_level(l, s, prop(s->ps, s->np, "DELAY", 5));
+    if (why) return why;
     const Prop *wait = prop(s->ps, s->np, "WAIT", 4);
     if (l->sync && wait != NULL && wait->vn == 5 && memcmp(wait->v, "false", 5) == 0) return WHY_WAIT_FALSE;
     s->uniq = prop(s->ps, s->np, "UNIQ_KEY", 8);
@@ -130,22 +157,33 @@ static int send_props(Lane *l, Send *s) {
     }
     s->tags = prop(s->ps, s->np, "TAGS", 4);
     s->keys = prop(s->ps, s->np, "KEYS", 4);
+    /* the stored properties: the request's in order (CLUSTER set; when delayed DELAY = the level, REAL_TOPIC and
+     * REAL_QID set), then those of CLUSTER, REAL_TOPIC, REAL_QID that were not there, in that order (as the Python
+     * processor inserts them into its dict) */
+    char qid[24], lv[24];
+    Prop set[4] = {{"CLUSTER", 7, l->cluster, l->cluster_n}, {"REAL_TOPIC", 10, s->topic_p, s->topic_n},
+                   {"REAL_QID", 8, qid, snprintf(qid, sizeof qid, "%lld", s->answer_qid)},
+                   {"DELAY", 5, lv, snprintf(lv, sizeof lv, "%d", s->level)}};
+    int nset = s->level > 0 ? 4 : 1, seen[4] = {0, 0, 0, 0};
     unsigned char *pp = (unsigned char *)l->props;
     Py_ssize_t pn = 0;
-    int have_cluster = 0;
-    for (int i = 0; i <= s->np; i++) {
-        const char *k = "CLUSTER", *v = l->cluster;
-        Py_ssize_t kn = 7, vn = l->cluster_n;
-        if (i < s->np) {
-            k = s->ps[i].k; kn = s->ps[i].kn;
-            if (kn == 7 && memcmp(k, "CLUSTER", 7) == 0) have_cluster = 1;
-            else { v = s->ps[i].v; vn = s->ps[i].vn; }
-        } else if (have_cluster) break;
-        if (pn + kn + vn + 2 > MAX_PROPS) return WHY_SIZE;  /* Python answers PROPERTIES_SIZE_EXCEEDED */
-        memcpy(pp + pn, k, kn); pn += kn; pp[pn++] = 1;
+    for (int i = 0; i < s->np + nset; i++) {
+        const Prop *e = i < s->np ? &s->ps[i] : &set[i - s->np];
+        const char *v = e->v;
+        Py_ssize_t vn = e->vn;
+        if (i >= s->np && seen[i - s->np]) continue;
+        for (int j = 0; i < s->np && j < nset; j++)
+            if (e->kn == set[j].kn && memcmp(e->k, set[j].k, e->kn) == 0) { seen[j] = 1; v = set[j].v; vn = set[j].vn; }
+        if (pn + e->kn + vn + 2 > MAX_PROPS) return WHY_SIZE;  /* Python answers PROPERTIES_SIZE_EXCEEDED */
+        memcpy(pp + pn, e->k, e->kn); pn += e->kn; pp[pn++] = 1;
         memcpy(pp + pn, v, vn); pn += vn; pp[pn++] = 2;
     }
     s->pn = pn;
+    if (s->level > 0) {  /* stored in the schedule topic's queue of the level */
+        s->entry = l->delay_entry;
+        s->topic_obj = l->delay_topic;
+        s->qid = s->level - 1;
+    }
     return 0;
 }
 
@@ -226,15 +264,17 @@ static PyObject *call4(PyObject *fn, PyObject *a, PyObject *b, PyObject *c, PyOb
  * and the store sets its error flag; recovery redoes the dispatch), never raised: the record is stored. */
 static void dispatch(Lane *l, const Send *s, PyObject *qkey, long long qoff, long long phys, long long ts,
                      PyObject *notes) {
-    int32_t tags = s->tags != NULL ? java_hash((const unsigned char *)s->tags->v, s->tags->vn) : 0;
+    /* the tags code; a delayed message's is its delivery time (store time + the level's delay) */
+    long long tags = s->level > 0 ? ts + l->delay_ms[s->level - 1]
+                     : s->tags != NULL ? java_hash((const unsigned char *)s->tags->v, s->tags->vn) : 0;
     PyObject *qo = PyLong_FromLongLong(qoff), *po = PyLong_FromLongLong(phys), *so = PyLong_FromLongLong(s->size),
-             *to = PyLong_FromLong(tags), *tso = PyLong_FromLongLong(ts), *res = NULL;
+             *to = PyLong_FromLongLong(tags), *tso = PyLong_FromLongLong(ts), *res = NULL;
     if (qo && po && so && to && tso) {
         res = call4(PyTuple_GET_ITEM(PyTuple_GET_ITEM(s->entry, 5), s->qid), qo, po, so, to);
         if (res != NULL && l->index_put != Py_None) {
             Py_DECREF(res);
             PyObject *kl = index_keys(s->keys, s->uniq);
-            res = kl ? call4(l->index_put, l->last_topic_obj, kl, po, tso) : NULL;
+            res = kl ? call4(l->index_put, s->topic_obj, kl, po, tso) : NULL;
             Py_XDECREF(kl);
         }
     }
@@ -263,7 +303,7 @@ static PyObject *answer(Lane *l, const Send *s, long long qoff, long long phys) 
     rc |= out_raw(&o, l->id_prefix, 16);
     rc |= out_raw(&o, hex, 16);
     rc |= OUT_LIT(&o, "\",\"queueId\":\"");
-    rc |= out_ll(&o, s->qid);
+    rc |= out_ll(&o, s->answer_qid);
     rc |= OUT_LIT(&o, "\",\"queueOffset\":\"");
     rc |= out_ll(&o, qoff);
     rc |= OUT_LIT(&o, "\",\"transactionId\":");

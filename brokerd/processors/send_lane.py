@@ -1,8 +1,9 @@
 """The C send lane (``brokerd._native.SendLane``) wired to one broker.
 
 For the common case of SEND_MESSAGE (10) / SEND_MESSAGE_V2 (310) with a JSON or ROCKETMQ binary header — a
-known writable topic, a plain message with no DELAY (without a UNIQ_KEY it gets a new one, as in Python), a
-master store with no error flag set — the
+known writable topic, a plain or delay-level message (without a UNIQ_KEY it gets a new one, as in Python; a
+delayed one is stored in the schedule topic as ``ScheduleService.apply_delay`` re-targets it), a master store
+with no error flag set — the
 lane does in C what ``SendProcessor.process`` and ``MessageStore.put_message_deferred`` do in Python: stored
 record into the active commit-log segment (the records of one read written with one pwrite, as
 ``CommitLog.append`` writes one), queue offset, consume-queue and key-index puts (their Python methods), and
@@ -15,7 +16,8 @@ This module keeps the two sides in step:
 * gates, checked on every call: the lane runs only while the Python path would store at once (a writable
   master, no store error flag, no confirm-offset hold);
 * topics enter the lane after the Python processor stored a message for them (so every check of ``_check``
-  has passed once), and leave it on any topic metadata change;
+  has passed once), the schedule topic's level queues after it stored a delayed message there; they leave it on
+  any topic metadata change;
 * every send the Python processor takes while the lane exists is counted under the reason the lane left it
   (``fallbacks``, on /metrics; names in ``FALLBACK_REASONS``);
 * after each run the store's and segment's positions, timestamps and the broker's counters are settled exactly
@@ -32,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from brokerd.message import ipv4_bytes, native_uniq_prefix
-from brokerd.metadata.names import RETRY_GROUP_TOPIC_PREFIX
+from brokerd.metadata.names import RETRY_GROUP_TOPIC_PREFIX, RMQ_SYS_SCHEDULE_TOPIC
 from brokerd.metadata.topic import PERM_WRITE, TopicConfig
 from brokerd.native import native
 from brokerd.processors.admission import SendAdmission
@@ -97,7 +99,7 @@ class SendLane:
 
     def forget(self, topic: str | None = None) -> None:
         """``topic`` changed (None: anything may have): the lane forgets its topics (all of them: rare, and the
-        Python processor re-admits each on its next send)."""
+        Python processor re-admits each on its next send), the schedule topic of delayed sends too."""
         if self._lane is None or not self._topics:
             return
         if topic is None or topic in self._topics:
@@ -128,16 +130,30 @@ class SendLane:
         if (self._lane is None or topic.startswith(RETRY_GROUP_TOPIC_PREFIX) or topic in self.not_allowed
                 or not tc.perm & PERM_WRITE or len(topic.encode()) > 255):  # fmt: skip
             return
-        store = self.broker.store
-        if store.layout_generation != self._gen:
+        if self.broker.store.layout_generation == self._gen:
+            self._lane.add_topic(topic, self._entry(topic, tc))
+
+    def admit_delay(self, queue_id: int) -> None:
+        """After the Python processor stored a delayed message in queue ``queue_id`` of the schedule topic: let
+        the lane store the next delayed sends of that level (to admitted topics) there."""
+        bound = self._topics.get(RMQ_SYS_SCHEDULE_TOPIC)
+        if bound is not None and queue_id < len(bound) and bound[queue_id]:
             return
+        tc = self.broker.meta.topics.get(RMQ_SYS_SCHEDULE_TOPIC)
+        if self._lane is None or tc is None or self.broker.store.layout_generation != self._gen:
+            return
+        self._lane.set_delay(RMQ_SYS_SCHEDULE_TOPIC, self._entry(RMQ_SYS_SCHEDULE_TOPIC, tc),
+                             tuple(self.broker.cfg.delay_levels_ms))  # fmt: skip
+
+    def _entry(self, topic: str, tc: TopicConfig) -> tuple[object, ...]:
+        """The lane's entry of ``topic``: its record prefix, queue counts, queue keys and consume-queue puts."""
+        store = self.broker.store
         prefix, magic = store.commit_log.encoder.topic_prefix(topic)
         n = max(tc.write_queue_nums, tc.read_queue_nums)
         cqs = [store.queue_store.get(topic, q) for q in range(n)]
-        self._lane.add_topic(topic, (prefix, magic, tc.write_queue_nums, tc.read_queue_nums,
-                                     tuple((topic, q) for q in range(n)),
-                                     tuple(cq.put if cq is not None else None for cq in cqs)))  # fmt: skip
         self._topics[topic] = tuple(cq is not None for cq in cqs)
+        return (prefix, magic, tc.write_queue_nums, tc.read_queue_nums, tuple((topic, q) for q in range(n)),
+                tuple(cq.put if cq is not None else None for cq in cqs))
 
     # ------------------------------------------------------------------ the lane
 

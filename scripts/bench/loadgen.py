@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
+import pathlib
 import struct
 import sys
 import time
+from collections.abc import Callable
 
 import orjson
 import uvloop
@@ -36,8 +39,8 @@ def _bin_field(k: str, v: str) -> bytes:
     return b
 
 
-def frame(code: int, opaque: int, ext: dict[str, str], body: bytes = b"") -> bytes:
-    if BINARY:
+def frame(code: int, opaque: int, ext: dict[str, str], body: bytes = b"", binary: bool | None = None) -> bytes:
+    if BINARY if binary is None else binary:
         fields = b"".join([_bin_field(k, v) for k, v in ext.items()])
         header = _BIN_FIXED.pack(code, 0, 479, opaque, 0, 0) + struct.pack(">i", len(fields)) + fields
         return _PREFIX.pack(4 + len(header) + len(body), 1 << 24 | len(header)) + header + body
@@ -72,12 +75,82 @@ class Conn(asyncio.Protocol):
         del buf[:pos]
 
 
-async def produce(addr: str, topic: str, conns: int, inflight: int, total: int, body_size: int,
-                  queues: int) -> dict[str, object]:
-    addrs = addr.split(",")
-    loop = asyncio.get_running_loop()
+CAPTURES = pathlib.Path(__file__).resolve().parents[2] / "tests" / "testdata" / "client_first_frames.json"
+SHAPES = ("json_uniq", "json_no_uniq", "send_message_10", "binary", "batch16", "delay_level")
+
+
+def capture_shapes() -> dict[str, dict[str, str]]:
+    """The real clients' first send frames (tests/testdata/client_first_frames.json), by a short name."""
+    caps = json.loads(CAPTURES.read_text())
+    out = {}
+    for c in caps:
+        if c["target"] == "broker":
+            name = c["client"].split(" (")[0].split(" with ")[0].replace("Apache RocketMQ ", "")
+            if "serialize" in c["client"]:
+                name += " binary"
+            out["capture:" + name] = c
+    return out
+
+
+def shape_sender(shape: str, topic: str, queues: int, body_size: int) -> tuple[Callable[[int], bytes], int]:
+    """(frame for opaque ``op``, messages per frame) of a send shape: one of SHAPES or a capture:... name (the
+    captured frame with the bench topic, queue, body and a unique UNIQ_KEY when it had one; headers otherwise
+    as captured, re-encoded JSON or binary as captured)."""
+    from brokerd.message import decode_properties, encode_batch_body, encode_properties
+    from brokerd.remoting import encode, encode_binary
+    from brokerd.remoting.codec import FrameDecoder
+
     body = b"x" * body_size
     uniq_prefix = f"7F000001{os.getpid() & 0xFFFF:04X}{int(time.time()) & 0xFFFFFFFF:08X}"  # like a client's UNIQ_KEY
+
+    def ext_of(op: int, props: str, v1: bool = False) -> dict[str, str]:
+        ext = {"a": "bench_pg", "b": topic, "c": "TBW102", "d": str(queues), "e": str(op % queues), "f": "0",
+               "g": str(int(time.time() * 1000)), "h": "0", "i": props, "j": "0", "k": "false", "l": "16", "m": "false"}
+        return dict(zip(V1_NAMES, ext.values(), strict=True)) if v1 else ext
+
+    def uniq(op: int) -> str:
+        return f"UNIQ_KEY\x01{uniq_prefix}{op:08X}\x02"
+
+    if shape in ("json_uniq", "binary"):
+        return lambda op: frame(310, op, ext_of(op, f"TAGS\x01bench\x02WAIT\x01true\x02{uniq(op)}"), body,
+                                shape == "binary" or None), 1
+    if shape == "json_no_uniq":
+        return lambda op: frame(310, op, ext_of(op, "TAGS\x01bench\x02WAIT\x01true\x02"), body), 1
+    if shape == "send_message_10":
+        return lambda op: frame(10, op, ext_of(op, f"TAGS\x01bench\x02WAIT\x01true\x02{uniq(op)}", True), body), 1
+    if shape == "delay_level":
+        return lambda op: frame(310, op, ext_of(op, f"TAGS\x01bench\x02DELAY\x012\x02{uniq(op)}"), body), 1
+    if shape == "batch16":
+        def batch(op: int) -> bytes:
+            msgs = [(0, body, {"TAGS": "bench", "UNIQ_KEY": f"{uniq_prefix}{op:06X}{i:02X}"}) for i in range(16)]
+            return frame(320, op, {**ext_of(op, ""), "m": "true"}, encode_batch_body(msgs))
+        return batch, 16
+    cap = capture_shapes()[shape]
+    raw = bytes.fromhex(cap["hex"])
+    tmpl = FrameDecoder().feed(raw)[0]
+    binary = raw[4] == 1
+    tkey, qkey, pkey = ("b", "e", "i") if tmpl.code != 10 else ("topic", "queueId", "properties")
+    props = decode_properties(tmpl.ext.get(pkey, ""))
+
+    def replay(op: int) -> bytes:
+        p = dict(props)
+        if "UNIQ_KEY" in p:
+            p["UNIQ_KEY"] = f"{uniq_prefix}{op:08X}"
+        cmd = dataclasses.replace(tmpl, opaque=op, body=body,
+                                  ext={**tmpl.ext, tkey: topic, qkey: str(op % queues), pkey: encode_properties(p).decode()})
+        return encode_binary(cmd) if binary else encode(cmd)
+    return replay, 1
+
+
+V1_NAMES = ("producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag", "bornTimestamp",
+            "flag", "properties", "reconsumeTimes", "unitMode", "maxReconsumeTimes", "batch")
+
+
+async def produce(addr: str, topic: str, conns: int, inflight: int, total: int, body_size: int,
+                  queues: int, shape: str = "json_uniq") -> dict[str, object]:
+    addrs = addr.split(",")
+    loop = asyncio.get_running_loop()
+    make_frame, per_frame = shape_sender(shape, topic, queues, body_size)
     sent_at: dict[int, float] = {}
     lat: list[float] = []
     errors = 0
@@ -92,12 +165,10 @@ async def produce(addr: str, topic: str, conns: int, inflight: int, total: int, 
             return
         issued += 1
         op = issued
-        ext = {"a": "bench_pg", "b": topic, "c": "TBW102", "d": str(queues), "e": str(op % queues), "f": "0",
-               "g": str(int(time.time() * 1000)), "h": "0", "i": f"TAGS\x01bench\x02WAIT\x01true\x02UNIQ_KEY\x01{uniq_prefix}{op:08X}\x02", "j": "0",
-               "k": "false", "m": "false"}
+        data = make_frame(op)
         sent_at[op] = time.perf_counter()
         assert p.transport is not None
-        p.transport.write(frame(310, op, ext, body))
+        p.transport.write(data)
 
     def make(idx: int) -> Conn:
         def on_response(h: dict, blen: int) -> None:
@@ -128,8 +199,9 @@ async def produce(addr: str, topic: str, conns: int, inflight: int, total: int, 
         assert p.transport is not None
         p.transport.close()
     lat.sort()
-    return {"msgs": total, "seconds": round(dt, 3), "msg_per_s": round(total / dt), "mb_per_s":
-            round(total * body_size / dt / 1e6, 2), "p50_ms": round(lat[len(lat) // 2] * 1000, 3),
+    msgs = total * per_frame
+    return {"shape": shape, "msgs": msgs, "seconds": round(dt, 3), "msg_per_s": round(msgs / dt), "mb_per_s":
+            round(msgs * body_size / dt / 1e6, 2), "p50_ms": round(lat[len(lat) // 2] * 1000, 3),
             "p99_ms": round(lat[int(len(lat) * 0.99)] * 1000, 3), "errors": errors}
 
 
@@ -267,6 +339,7 @@ def main() -> int:
     ap.add_argument("--total", type=int, default=100_000)
     ap.add_argument("--body", type=int, default=1024)
     ap.add_argument("--queues", type=int, default=8)
+    ap.add_argument("--shape", default="json_uniq", help=f"produce: one of {', '.join(SHAPES)} or capture:<client>")
     ap.add_argument("--seconds", type=float, default=5.0, help="flood: how long new sends are issued")
     ap.add_argument("--binary", action="store_true", help="ROCKETMQ binary request headers instead of JSON")
     a = ap.parse_args()
@@ -276,7 +349,7 @@ def main() -> int:
     if a.mode == "flood":
         res = asyncio.run(flood(a.addr, a.topic, a.conns, a.inflight, a.seconds, a.body, a.queues))
     elif a.mode == "produce":
-        res = asyncio.run(produce(a.addr, a.topic, a.conns, a.inflight, a.total, a.body, a.queues))
+        res = asyncio.run(produce(a.addr, a.topic, a.conns, a.inflight, a.total, a.body, a.queues, a.shape))
     else:
         res = asyncio.run(consume(a.addr, a.topic, a.queues, a.conns, a.total))
     json.dump(res, sys.stdout)

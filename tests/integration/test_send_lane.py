@@ -264,7 +264,7 @@ async def test_lane_stores_and_answers_exactly_like_the_python_path(tmp_path: Pa
         sends = sum(1 for f in frames if FrameDecoder().feed(f)[0].code in (10, 310, 320))
         why = a.send_lane.fallbacks
         assert sum(why.values()) == sends - a.send_lane.handled  # every send left to Python is counted
-        assert min(why["batch"], why["delay"], why["oneway"], why["retry_topic"], why["queue_not_ready"]) > 0
+        assert min(why["batch"], why["oneway"], why["retry_topic"], why["queue_not_ready"]) > 0
         assert why["header"] == why["new_topic"] == 0
         assert a.stats.msgs_in == b.stats.msgs_in and a.stats.bytes_in == b.stats.bytes_in
         assert a.store.max_phy_offset == b.store.max_phy_offset
@@ -563,6 +563,35 @@ async def test_overload_refusals_are_the_python_paths_and_store_nothing(tmp_path
         await all_answered(ta, tb)
         assert answers(ta) == answers(tb) and records(a) == records(b) and queues(a) == queues(b)
         assert a.send_lane is not None and a.send_lane.handled > 50
+    finally:
+        await a.shutdown()
+        await b.shutdown()
+
+
+async def test_delay_level_sends_take_the_lane_after_their_levels_first(tmp_path: Path) -> None:
+    """Delayed sends are stored in SCHEDULE_TOPIC_XXXX (queue level - 1, REAL_TOPIC / REAL_QID, DELAY clamped,
+    delivery time as tags) by the lane exactly as by the Python path; each level's first send goes through Python
+    (it creates the level's queue), odd DELAY values always do."""
+    delays = ["1", "3", "007", "99", "0", "x", " 2", "3", "1", "18", "4", "3", "1", "2", "00"]
+    frames = [send(i, "LaneA" if i % 3 else "LaneB", i % 4,
+                   {"DELAY": delays[i % len(delays)], **({"UNIQ_KEY": f"D{i:031d}"} if i % 2 else {}),
+                    **({"REAL_QID": "9"} if i % 11 == 0 else {})}, b"d" * i, v1=i % 5 == 0)
+              for i in range(1, 121)]  # fmt: skip
+    (a, ca, ta), (b, cb, tb) = [await start_broker(tmp_path / name, lane) for name, lane in (("a", True), ("b", False))]
+    try:
+        plain = [send(i, t, q, {"UNIQ_KEY": f"P{i}"}, b"p") for i, (t, q) in
+                 enumerate(((t, q) for t in ("LaneA", "LaneB") for q in range(4)), start=1000)]  # admit the topics
+        for x in (ca, cb):
+            feed(x, plain, 1)
+            feed(x, frames, 2)
+        await all_answered(ta, tb)
+        assert answers(ta) == answers(tb) and {c.code for c in ta.frames} == {0}
+        assert records(a) == records(b) and queues(a) == queues(b)
+        delayed = [r for r in records(a) if r[0] == "SCHEDULE_TOPIC_XXXX"]
+        assert {r[1] for r in delayed} == {0, 1, 2, 3, 6, 17} and {r[11]["DELAY"] for r in delayed} >= {"7", "18"}
+        levels = {r[1] for r in delayed}
+        assert a.send_lane is not None and a.send_lane.handled >= len(plain) - 8 + len(delayed) - len(levels) - 1
+        assert a.send_lane.fallbacks["delay"] >= 8  # the odd values (x, " 2") and the first of each level
     finally:
         await a.shutdown()
         await b.shutdown()
