@@ -72,7 +72,8 @@ static int topic_entry(Lane *l, Send *s) {
     return 1;
 }
 
-/* A queue id the topic has and whose consume queue the lane holds (-1: a random write queue); 1 ok, 0 Python. */
+/* A queue id the topic has (-1: a random write queue); 1 ok, 0 Python. Its consume queue is checked once the
+ * send is known not to be delayed (queue_ready). */
 static int choose_queue(Lane *l, Send *s) {
     long wq = PyLong_AsLong(PyTuple_GET_ITEM(s->entry, 2)), rq = PyLong_AsLong(PyTuple_GET_ITEM(s->entry, 3));
     PyObject *qkeys = PyTuple_GET_ITEM(s->entry, 4), *cq_puts = PyTuple_GET_ITEM(s->entry, 5);
@@ -82,8 +83,7 @@ static int choose_queue(Lane *l, Send *s) {
         l->rng ^= l->rng << 13; l->rng ^= l->rng >> 7; l->rng ^= l->rng << 17;
         s->qid = (long long)(l->rng % (uint64_t)wq);
     }
-    if (s->qid >= (wq > rq ? wq : rq) || s->qid >= PyTuple_GET_SIZE(qkeys) || s->qid >= PyTuple_GET_SIZE(cq_puts) ||
-        PyTuple_GET_ITEM(cq_puts, s->qid) == Py_None)  /* no consume queue yet: Python creates it */
+    if (s->qid >= (wq > rq ? wq : rq) || s->qid >= PyTuple_GET_SIZE(qkeys) || s->qid >= PyTuple_GET_SIZE(cq_puts))
         return 0;
     s->answer_qid = s->qid;
     return 1;
@@ -209,6 +209,8 @@ static int parse_send(Lane *l, const unsigned char *b, Py_ssize_t total, Send *s
     if (r == 1 && (r = choose_queue(l, s)) == 0) PYTHON(WHY_QUEUE);
     if (r != 1) return r;
     if ((why = send_props(l, s)) != 0) PYTHON(why);
+    if (PyTuple_GET_ITEM(PyTuple_GET_ITEM(s->entry, 5), s->qid) == Py_None)
+        PYTHON(WHY_QUEUE);  /* no consume queue yet: Python creates it */
     s->body = (const char *)b + 8 + hlen;
     s->blen = total - 4 - hlen;
     if (s->blen > l->max_body) PYTHON(WHY_SIZE);  /* Python answers MESSAGE_ILLEGAL */

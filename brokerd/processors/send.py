@@ -150,8 +150,9 @@ class SendProcessor:
         res = self._store(cmd, h, [msg], queue_id)
         if self.lane is not None and msg.topic is h.topic:  # a plain message: the next ones can take the C lane
             self.lane.admit(msg.topic, tc, queue_id)
-        elif self.lane is not None and msg.topic == RMQ_SYS_SCHEDULE_TOPIC:  # and delayed ones of its level
+        elif self.lane is not None and msg.topic == RMQ_SYS_SCHEDULE_TOPIC:  # delayed: the level's next ones
             self.lane.admit_delay(msg.queue_id)
+            self.lane.admit(h.topic, tc, queue_id)
         return res
 
     def _check(self, cmd: RemotingCommand, h: SendHeader) -> RemotingCommand | TopicConfig:

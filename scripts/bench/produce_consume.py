@@ -77,7 +77,8 @@ def shapes_run(args: argparse.Namespace, tmp: pathlib.Path, flush: str) -> dict[
     each): msg/s, its share of the best, and how many of its messages the C lane stored."""
     from scripts.bench.loadgen import SHAPES, capture_shapes
 
-    os.sync()
+    # (no os.sync() first: every shape runs on the same broker, one after the other, and it stalls for minutes
+    # while other work writes to the disk)
     c = Cluster(tmp / flush, brokers=1, flushDiskType=flush).start()
     rows: dict[str, dict[str, object]] = {}
     try:
