@@ -60,6 +60,7 @@ typedef struct {
     const char *topic_p; Py_ssize_t topic_n;  /* the request's topic (UTF-8, unescaped) */
     long long answer_qid; /* the queue id the answer names (the request's, also when delayed) */
     int level;           /* delay level (> 0: stored in the schedule topic's queue level - 1) */
+    int batch;           /* a batch request (its body holds the messages) */
     Prop ps[MAX_PROPS_N + 1];  /* + a generated UNIQ_KEY */
     int np;
     const Prop *uniq, *tags, *keys;

@@ -1,4 +1,5 @@
-/* One common-case SEND_MESSAGE (10) / SEND_MESSAGE_V2 (310): from frame bytes to the stored record, the queue
+/* One common-case SEND_MESSAGE (10) / SEND_MESSAGE_V2 (310) / batch (320 or batch=true; a record per message):
+ * from frame bytes to the stored record, the queue
  * offset, the consume-queue and index puts and the answer frame. Every check the Python send processor makes
  * either passes here or hands the frame to it (return 0), so both paths store and answer the same. */
 #include "lane.h"
@@ -15,7 +16,8 @@ void lane_clear_cache(Lane *l) {
     l->last_topic_n = -1;
 }
 
-#define F(h, short_name, long_name) ((h)->code == 310 ? (short_name) : (long_name))
+#define V2(h) ((h)->code != 10)  /* 310 and 320 name their fields a..m, 10 in full */
+#define F(h, short_name, long_name) (V2(h) ? (short_name) : (long_name))
 
 /* The batch field as the Python processor reads it (value.lower() in ("true", "1"); C++ clients send "0"); an
  * escaped string counts as a batch, so Python decides. */
@@ -30,9 +32,11 @@ static int is_batch(const Ext *e) {
 /* The numeric and flag fields; 0 ok, else why Python takes the send (WHY_*). */
 static int send_fields(Send *s) {
     const Hdr *h = &s->h;
-    int v2 = h->code == 310;
+    int v2 = V2(h);
     const Ext *be = find_ext(h, F(h, "m", "batch"), v2 ? 1 : 5);
-    if (be != NULL && is_batch(be)) return WHY_BATCH;
+    int absent = be == NULL || be->kind == V_NULL || (be->kind == V_STR && be->s.n == 0);
+    if (!absent && be->kind == V_STR && be->s.esc) return WHY_BATCH;
+    s->batch = absent ? h->code == 320 : is_batch(be);  /* as parse_send_header reads it */
     long long unused;
     if (ext_int(h, F(h, "e", "queueId"), -1, &s->qid) || ext_int(h, F(h, "f", "sysFlag"), 0, &s->sys_flag) ||
         ext_int(h, F(h, "g", "bornTimestamp"), 0, &s->born_ts) || ext_int(h, F(h, "h", "flag"), 0, &s->flag) ||
@@ -49,7 +53,7 @@ static int send_fields(Send *s) {
 /* The lane entry of the send's topic (a one-entry cache in front of the topics dict); 1 ok, 0 Python, -1. */
 static int topic_entry(Lane *l, Send *s) {
     const Hdr *h = &s->h;
-    const Ext *te = find_ext(h, F(h, "b", "topic"), h->code == 310 ? 1 : 5);
+    const Ext *te = find_ext(h, F(h, "b", "topic"), V2(h) ? 1 : 5);
     if (te == NULL || te->kind != V_STR || te->s.esc || te->s.n == 0 || te->s.n > 255) return 0;
     s->topic_p = te->s.p;
     s->topic_n = te->s.n;
@@ -134,21 +138,31 @@ static int delay_level(Lane *l, Send *s, const Prop *d) {
     return 0;
 }
 
+static int build_props(Lane *l, Send *s, const char *raw, Py_ssize_t n, int delay, int wait_check);
+
 /* The properties (unescaped into l->scratch, parsed into s->ps) and the stored form (l->props: the pairs in
  * order, a generated UNIQ_KEY after them when there was none, CLUSTER set); 0 ok, else WHY_*. */
 static int send_props(Lane *l, Send *s) {
     const Hdr *h = &s->h;
-    const Ext *pe = find_ext(h, F(h, "i", "properties"), h->code == 310 ? 1 : 10);
+    const Ext *pe = find_ext(h, F(h, "i", "properties"), V2(h) ? 1 : 10);
     Py_ssize_t sn = 0;
     if (pe != NULL && pe->kind == V_STR) {
         if (pe->s.n > SCRATCH || (sn = unescape(&pe->s, l->scratch)) < 0) return WHY_PROPERTIES;
     } else if (pe != NULL && pe->kind != V_NULL) return WHY_PROPERTIES;
-    s->np = parse_props(l->scratch, sn, s->ps);
+    return build_props(l, s, l->scratch, sn, 1, 1);
+}
+
+/* Properties `raw` parsed into s->ps and stored into l->props (with `delay`: a DELAY level re-targets the send;
+ * with `wait`: a WAIT=false send on a SYNC_FLUSH store is left to Python); 0 ok, else WHY_*. */
+static int build_props(Lane *l, Send *s, const char *raw, Py_ssize_t n, int delay, int wait_check) {
+    s->np = parse_props(raw, n, s->ps);
     if (s->np < 0) return WHY_PROPERTIES;
-    int why = delay_level(l, s, prop(s->ps, s->np, "DELAY", 5));
+    s->level = 0;
+    int why = delay ? delay_level(l, s, prop(s->ps, s->np, "DELAY", 5)) : 0;
     if (why) return why;
     const Prop *wait = prop(s->ps, s->np, "WAIT", 4);
-    if (l->sync && wait != NULL && wait->vn == 5 && memcmp(wait->v, "false", 5) == 0) return WHY_WAIT_FALSE;
+    if (wait_check && l->sync && wait != NULL && wait->vn == 5 && memcmp(wait->v, "false", 5) == 0)
+        return WHY_WAIT_FALSE;
     s->uniq = prop(s->ps, s->np, "UNIQ_KEY", 8);
     if (s->uniq == NULL) {  /* as the Python processor: a new one, after the others */
         new_uniq(l);
@@ -198,8 +212,7 @@ static int parse_send(Lane *l, const unsigned char *b, Py_ssize_t total, Send *s
     Hdr *h = &s->h;
     if (stype ? parse_binary_header((const char *)b + 8, hlen, h) : parse_header((const char *)b + 8, hlen, h))
         PYTHON(WHY_HEADER);
-    if (h->code == 320) PYTHON(WHY_BATCH);
-    if (h->code != 310 && h->code != 10) PYTHON(WHY_NOT_SEND);
+    if (h->code != 310 && h->code != 10 && h->code != 320) PYTHON(WHY_NOT_SEND);
     if (h->flag_kind && h->flag != 0) PYTHON(WHY_ONEWAY);
     if (h->ext_kind != 1) PYTHON(WHY_HEADER);
     int why = send_fields(s);
@@ -208,11 +221,16 @@ static int parse_send(Lane *l, const unsigned char *b, Py_ssize_t total, Send *s
     if (r == 0) PYTHON(WHY_TOPIC);
     if (r == 1 && (r = choose_queue(l, s)) == 0) PYTHON(WHY_QUEUE);
     if (r != 1) return r;
+    s->body = (const char *)b + 8 + hlen;
+    s->blen = total - 4 - hlen;
+    if (s->batch) {  /* the header's properties are not used; lane_batch checks each message */
+        s->level = 0;
+        if (PyTuple_GET_ITEM(PyTuple_GET_ITEM(s->entry, 5), s->qid) == Py_None) PYTHON(WHY_QUEUE);
+        return 1;
+    }
     if ((why = send_props(l, s)) != 0) PYTHON(why);
     if (PyTuple_GET_ITEM(PyTuple_GET_ITEM(s->entry, 5), s->qid) == Py_None)
         PYTHON(WHY_QUEUE);  /* no consume queue yet: Python creates it */
-    s->body = (const char *)b + 8 + hlen;
-    s->blen = total - 4 - hlen;
     if (s->blen > l->max_body) PYTHON(WHY_SIZE);  /* Python answers MESSAGE_ILLEGAL */
     s->size = HEADER_V4_SIZE + s->blen + PyBytes_GET_SIZE(PyTuple_GET_ITEM(s->entry, 0)) + 2 + s->pn;
     if (s->size + 8 > l->segment_size) PYTHON(WHY_SIZE);
@@ -294,22 +312,27 @@ static void dispatch(Lane *l, const Send *s, PyObject *qkey, long long qoff, lon
     Py_XDECREF(qo); Py_XDECREF(po); Py_XDECREF(so); Py_XDECREF(to); Py_XDECREF(tso);
 }
 
-/* The answer frame, field for field what SendProcessor._answer sends. */
-static PyObject *answer(Lane *l, const Send *s, long long qoff, long long phys) {
+/* The offset message id of the record at `phys` (32 characters at dst). */
+static void offset_id(const Lane *l, long long phys, char *dst) {
     static const char HX[] = "0123456789ABCDEF";
-    char hex[16];
-    for (int i = 15; i >= 0; i--) hex[i] = HX[(phys >> ((15 - i) * 4)) & 15];
+    memcpy(dst, l->id_prefix, 16);
+    for (int i = 15; i >= 0; i--) dst[16 + i] = HX[(phys >> ((15 - i) * 4)) & 15];
+}
+
+/* The answer frame, field for field what SendProcessor._answer sends: msgId `ids` (a batch's joined with
+ * commas), the first queue offset, transactionId `uniq` (a batch's joined). */
+static PyObject *answer(Lane *l, const Send *s, long long qoff, const char *ids, Py_ssize_t ids_n, const char *uniq,
+                        Py_ssize_t uniq_n) {
     Out o;
     out_init(&o);
     int rc = OUT_LIT(&o, "{\"code\":0,\"extFields\":{\"msgId\":\"");
-    rc |= out_raw(&o, l->id_prefix, 16);
-    rc |= out_raw(&o, hex, 16);
+    rc |= out_raw(&o, ids, ids_n);
     rc |= OUT_LIT(&o, "\",\"queueId\":\"");
     rc |= out_ll(&o, s->answer_qid);
     rc |= OUT_LIT(&o, "\",\"queueOffset\":\"");
     rc |= out_ll(&o, qoff);
     rc |= OUT_LIT(&o, "\",\"transactionId\":");
-    rc |= out_jstr(&o, s->uniq->v, s->uniq->vn);
+    rc |= out_jstr(&o, uniq, uniq_n);
     rc |= OUT_LIT(&o, ",\"MSG_REGION\":");
     rc |= out_raw(&o, l->region, l->region_n);
     rc |= l->trace_on ? OUT_LIT(&o, ",\"TRACE_ON\":\"true\"}") : OUT_LIT(&o, ",\"TRACE_ON\":\"false\"}");
@@ -393,12 +416,85 @@ static int refuse(Lane *l, const unsigned char *b, Py_ssize_t total, PyObject *o
     return 1;
 }
 
+/* The next message of a batch body (as brokerd.message.parse_batch_body reads it) at *pos, its properties built
+ * (s->flag, s->body, s->blen, s->pn, s->size set); 0 ok, else WHY_* (Python answers or stores it). */
+static int batch_entry(Lane *l, Send *s, const unsigned char *p, Py_ssize_t n, Py_ssize_t *pos, int first) {
+    Py_ssize_t at = *pos;
+    if (at + 22 > n) return WHY_BATCH;
+    int32_t size = be32(p + at), flag = be32(p + at + 12), blen = be32(p + at + 16);
+    if (size < 22 || size > n - at || blen < 0 || blen > size - 22) return WHY_BATCH;
+    Py_ssize_t bpos = at + 20;
+    int plen = (int16_t)(p[bpos + blen] << 8 | p[bpos + blen + 1]);
+    if (plen < 0 || bpos + blen + 2 + plen != at + size) return WHY_BATCH;
+    const unsigned char *raw = p + bpos + blen + 2;
+    if (!utf8_valid(raw, plen)) return WHY_PROPERTIES;  /* Python decodes it with replacement characters */
+    int why = build_props(l, s, (const char *)raw, plen, 0, first);
+    if (why) return why;
+    s->flag = flag;
+    s->body = (const char *)p + bpos;
+    s->blen = blen;
+    if (s->blen > l->max_body) return WHY_SIZE;  /* Python answers MESSAGE_ILLEGAL for the whole batch */
+    s->size = HEADER_V4_SIZE + s->blen + PyBytes_GET_SIZE(PyTuple_GET_ITEM(s->entry, 0)) + 2 + s->pn;
+    if (s->size + 8 > l->segment_size) return WHY_SIZE;
+    *pos = at + size;
+    return 0;
+}
+
+#define BATCH_PYTHON(reason) do { l->why = (reason); out_free(&ids); out_free(&uniqs); return 0; } while (0)
+
+/* A batch (SEND_BATCH_MESSAGE, or batch=true): every message checked first (all or nothing, as the store's
+ * batch append), then one record each with consecutive queue offsets and one store time, one answer. 1 taken,
+ * 0 Python, 2 the segment is full, 3 a write failed, -1 a Python exception. */
+static int lane_batch(Lane *l, Send *s, long long base, long long limit, const unsigned char *born_ip,
+                      long long born_port, PyObject *out, PyObject *notes) {
+    const unsigned char *p = (const unsigned char *)s->body;
+    Py_ssize_t n = s->blen, pos = 0;
+    long long need = 0;
+    Out ids, uniqs;
+    out_init(&ids); out_init(&uniqs);
+    if (n == 0) BATCH_PYTHON(WHY_BATCH);
+    while (pos < n) {
+        int why = batch_entry(l, s, p, n, &pos, pos == 0);
+        if (why) BATCH_PYTHON(why);
+        need += s->size;
+    }
+    if (l->wrote + need + 8 > limit) { out_free(&ids); out_free(&uniqs); return 2; }
+    PyObject *qkey = PyTuple_GET_ITEM(PyTuple_GET_ITEM(s->entry, 4), s->qid);
+    PyObject *cur = PyDict_GetItemWithError(l->next_qoff, qkey);
+    long long first = cur != NULL ? PyLong_AsLongLong(cur) : 0, qoff = first, ts = now_ms();
+    int r = PyErr_Occurred() ? -1 : 0;
+    for (pos = 0; r == 0 && pos < n; qoff++) {
+        batch_entry(l, s, p, n, &pos, 0);  /* checked above */
+        uint32_t crc;
+        if ((r = stage_room(l, s->size, out)) != 0 || (r = crc_of(s->body, s->blen, &crc)) != 0) break;
+        PyObject *nq = PyLong_FromLongLong(qoff + 1);
+        if (nq == NULL || PyDict_SetItem(l->next_qoff, qkey, nq) < 0) { Py_XDECREF(nq); r = -1; break; }
+        Py_DECREF(nq);
+        long long phys = base + l->wrote;
+        write_record(l, s, l->stage + l->stage_n, qoff, phys, ts, crc, born_ip, born_port);
+        l->stage_n += s->size; l->wrote += s->size; l->msgs++; l->bytes += s->size; l->last_ts = ts;
+        if (l->error == NULL) dispatch(l, s, qkey, qoff, phys, ts, notes);
+        char id[32];
+        offset_id(l, phys, id);
+        if ((ids.n && OUT_LIT(&ids, ",")) || out_raw(&ids, id, 32) || (uniqs.n && OUT_LIT(&uniqs, ",")) ||
+            out_raw(&uniqs, s->uniq->v, s->uniq->vn)) { r = -1; break; }
+    }
+    if (r == 0) {
+        PyObject *fb = answer(l, s, first, ids.p, ids.n, uniqs.p, uniqs.n);
+        if (fb == NULL || PyList_Append(out, fb) < 0) PyErr_Clear();  /* stored: the client times out, retries */
+        Py_XDECREF(fb);
+    }
+    out_free(&ids); out_free(&uniqs);
+    return r == 0 ? 1 : r;
+}
+
 int lane_one(Lane *l, const unsigned char *b, Py_ssize_t total, long long base, long long limit,
              const unsigned char *born_ip, long long born_port, PyObject *out, PyObject *notes) {
     if (l->busy != NULL) return refuse(l, b, total, out);
     Send s;
     int r = parse_send(l, b, total, &s);
     if (r != 1) return r;
+    if (s.batch) return lane_batch(l, &s, base, limit, born_ip, born_port, out, notes);
     if (l->wrote + s.size + 8 > limit) return 2;
     if ((r = stage_room(l, s.size, out)) != 0) return r;
     PyObject *qkey = PyTuple_GET_ITEM(PyTuple_GET_ITEM(s.entry, 4), s.qid);
@@ -417,7 +513,9 @@ int lane_one(Lane *l, const unsigned char *b, Py_ssize_t total, long long base, 
     l->bytes += s.size;
     l->last_ts = ts;
     if (l->error == NULL) dispatch(l, &s, qkey, qoff, phys, ts, notes);
-    PyObject *fb = answer(l, &s, qoff, phys);
+    char id[32];
+    offset_id(l, phys, id);
+    PyObject *fb = answer(l, &s, qoff, id, 32, s.uniq->v, s.uniq->vn);
     if (fb == NULL || PyList_Append(out, fb) < 0) PyErr_Clear();  /* stored: the client times out, retries */
     Py_XDECREF(fb);
     return 1;

@@ -133,7 +133,10 @@ class SendProcessor:
                                 f"{tc.write_queue_nums} write queues")
         body = cmd.body or b""
         if h.batch:
-            return self._send_batch(conn, cmd, h, tc, queue_id, body)
+            res = self._send_batch(conn, cmd, h, tc, queue_id, body)
+            if self.lane is not None:  # the next batches (and plain sends) to this queue can take the C lane
+                self.lane.admit(h.topic, tc, queue_id)
+            return res
         props = m.decode_properties(h.properties)
         topic = h.topic
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):

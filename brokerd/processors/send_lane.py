@@ -1,7 +1,7 @@
 """The C send lane (``brokerd._native.SendLane``) wired to one broker.
 
-For the common case of SEND_MESSAGE (10) / SEND_MESSAGE_V2 (310) with a JSON or ROCKETMQ binary header — a
-known writable topic, a plain or delay-level message (without a UNIQ_KEY it gets a new one, as in Python; a
+For the common case of SEND_MESSAGE (10) / SEND_MESSAGE_V2 (310) / SEND_BATCH_MESSAGE (320, or batch=true)
+with a JSON or ROCKETMQ binary header — a known writable topic, a plain, batch or delay-level message (without a UNIQ_KEY it gets a new one, as in Python; a
 delayed one is stored in the schedule topic as ``ScheduleService.apply_delay`` re-targets it), a master store
 with no error flag set — the
 lane does in C what ``SendProcessor.process`` and ``MessageStore.put_message_deferred`` do in Python: stored

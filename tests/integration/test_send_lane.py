@@ -209,10 +209,12 @@ def lane_generated_keys(b: Broker) -> list[tuple[str, str, int]]:
 
 
 def ext_of(c: RemotingCommand) -> dict[str, str]:
-    """An answer's fields; a transactionId the lane generated reads as GENERATED."""
-    if lane_generated(c.ext.get("transactionId", "")):
-        return {**c.ext, "transactionId": GENERATED}
-    return c.ext
+    """An answer's fields; the UNIQ_KEYs the lane generated in a transactionId (a batch's: joined) read as
+    GENERATED."""
+    tid = c.ext.get("transactionId")
+    if tid is None:
+        return c.ext
+    return {**c.ext, "transactionId": ",".join(GENERATED if lane_generated(x) else x for x in tid.split(","))}
 
 
 def answers(tr: Transport) -> dict[int, tuple[int, str | None, dict[str, str]]]:
@@ -263,7 +265,10 @@ async def test_lane_stores_and_answers_exactly_like_the_python_path(tmp_path: Pa
                     for buf in a.store.query_message(topic, uniq, 4, 0, 2**62).buffers] == [phys]
         sends = sum(1 for f in frames if FrameDecoder().feed(f)[0].code in (10, 310, 320))
         why = a.send_lane.fallbacks
-        assert sum(why.values()) == sends - a.send_lane.handled  # every send left to Python is counted
+        # every send left to Python is counted (the lane's requests store one message each, its batches two)
+        batches = sum(1 for f in frames if FrameDecoder().feed(f)[0].code == 320)
+        lane_requests = sends - sum(why.values())
+        assert lane_requests <= a.send_lane.handled <= lane_requests + batches
         assert min(why["batch"], why["oneway"], why["retry_topic"], why["queue_not_ready"]) > 0
         assert why["header"] == why["new_topic"] == 0
         assert a.stats.msgs_in == b.stats.msgs_in and a.stats.bytes_in == b.stats.bytes_in
@@ -592,6 +597,67 @@ async def test_delay_level_sends_take_the_lane_after_their_levels_first(tmp_path
         # LaneB only ever gets delayed sends: it enters the lane with its first one
         assert a.send_lane is not None and a.send_lane.handled >= len(delayed) - len(levels) - 2
         assert a.send_lane.fallbacks["delay"] >= 8  # the odd values (x, " 2") and the first of each level
+    finally:
+        await a.shutdown()
+        await b.shutdown()
+
+
+def batch_frame(opaque: int, topic: str, qid: int, msgs: list[tuple[int, bytes, dict[str, str]]], how: str) -> bytes:
+    """A batch as SEND_BATCH_MESSAGE (320) or as a 310 / 10 send with batch=true."""
+    body = encode_batch_body(msgs)
+    if how == "320":
+        ext = dict(zip("abcdefghijklm", ("pg", topic, "TBW102", "4", str(qid), "0", "1700000000123", "0", "", "0",
+                                         "false", "16", "true"), strict=True))  # fmt: skip
+        return encode(dataclasses.replace(request(320, ext, body), opaque=opaque))
+    frame = send(opaque, topic, qid, {}, b"", v1=how == "10", batch="true")
+    cmd = FrameDecoder().feed(frame)[0]
+    return encode(dataclasses.replace(cmd, body=body))
+
+
+async def test_batches_take_the_lane_and_store_like_the_python_path(tmp_path: Path) -> None:
+    """Batches (320, or batch=true on 310 / 10): one record per message with consecutive queue offsets, one store
+    time, one answer (message ids and UNIQ_KEYs joined); malformed ones get the Python path's answer."""
+    rnd = random.Random(23)
+    frames = [send(i, t, q, {"UNIQ_KEY": f"P{i}"}, b"p") for i, (t, q) in
+              enumerate(((t, q) for t in TOPICS[:2] for q in range(4)), start=1)]  # admit the queues
+    for i in range(20, 220):
+        msgs = [(rnd.randrange(3), bytes(rnd.getrandbits(8) for _ in range(rnd.randint(0, 200))),
+                 {**({"UNIQ_KEY": f"B{i:04d}{j:02d}"} if rnd.random() < 0.5 else {}),
+                  **({"TAGS": rnd.choice(["a", "t\u00e9g"])} if rnd.random() < 0.7 else {}),
+                  **({"KEYS": f"bk{i} bk{i}-{j}"} if rnd.random() < 0.5 else {}),
+                  **({"CLUSTER": "c"} if rnd.random() < 0.1 else {})}) for j in range(rnd.randint(1, 16))]
+        frame = batch_frame(i, rnd.choice(TOPICS[:2]), rnd.randrange(4), msgs, rnd.choice(["320", "310", "10"]))
+        kind = rnd.random()
+        if kind < 0.04:  # truncated body: the length prefix kept, the last entry cut short
+            cmd = FrameDecoder().feed(frame)[0]
+            frame = encode(dataclasses.replace(cmd, body=(cmd.body or b"")[:-3]))
+        elif kind < 0.06:
+            frame = batch_frame(i, "LaneA", 1, [], "320")  # empty batch
+        elif kind < 0.08:
+            cmd = FrameDecoder().feed(frame)[0]
+            raw = bytearray(cmd.body or b"")
+            raw[-1] = 0xFF  # properties that are not UTF-8
+            frame = encode(dataclasses.replace(cmd, body=bytes(raw)))
+        frames.append(frame)
+    (a, ca, ta), (b, cb, tb) = [await start_broker(tmp_path / name, lane, flush_disk_type=flush)
+                                for name, lane, flush in (("a", True, "SYNC_FLUSH"), ("b", False, "SYNC_FLUSH"))]  # fmt: skip
+    try:
+        feed(ca, frames, 1)
+        feed(cb, frames, 2)
+        await all_answered(ta, tb)
+        ra, rb = answers(ta), answers(tb)
+        assert ra.keys() == rb.keys() and len(ra) == len(frames)
+        for opaque, want in rb.items():
+            assert ra[opaque] == want, opaque
+        assert records(a) == records(b) and queues(a) == queues(b)
+        assert sum(1 for c in ta.frames if c.code != 0) >= 5  # the malformed ones
+        for key in ("bk40", "bk99-0", "B005000"):
+            for t in TOPICS[:2]:
+                qa, qb = (sorted(decode_record(buf)[0].commit_log_offset
+                                 for buf in x.store.query_message(t, key, 64, 0, 2**62).buffers) for x in (a, b))
+                assert qa == qb
+        assert a.send_lane is not None and a.send_lane.handled > 1000
+        assert a.stats.msgs_in == b.stats.msgs_in and a.stats.bytes_in == b.stats.bytes_in
     finally:
         await a.shutdown()
         await b.shutdown()
