@@ -72,6 +72,9 @@ class Transport:
 
 
 async def start_broker(root: Path, lane: bool, **cfg: Any) -> tuple[Broker, Connection, Transport]:
+    """An in-process broker; overload shedding off unless asked for (it depends on timing, which differs between
+    the two brokers of a comparison: a flush stalled by other work on the disk would refuse sends on one only)."""
+    cfg.setdefault("broker_fast_failure_enable", False)
     port = 30911  # port-ok: only the store host in records and message ids; in-process brokers bind nothing
     conf = BrokerConfig(store_path_root_dir=str(root), listen_port=port, broker_name="lane-test",
                         max_hash_slot_num=5000, max_index_num=20000, **cfg)  # fmt: skip
@@ -519,32 +522,12 @@ async def test_real_client_sends_take_the_lane_when_they_can(tmp_path: Path, cap
         await b.shutdown()
 
 
-@pytest.mark.parametrize("v1", [False, True])
-async def test_a_new_topics_sends_take_the_lane_once_python_created_it(tmp_path: Path, v1: bool) -> None:
-    """A topic auto-created by its first send (TBW102): each queue's first send goes through Python (it creates
-    the topic and the queue), every later one takes the lane; both answer and store as the Python path alone."""
-    frames = [send(i, "FreshTopic", i % 4, {"TAGS": "t"} if i % 2 else {"UNIQ_KEY": f"N{i:031d}"}, b"n" * i, v1=v1)
-              for i in range(1, 41)]  # fmt: skip
-    (a, ca, ta), (b, cb, tb) = [await start_broker(tmp_path / name, lane) for name, lane in (("a", True), ("b", False))]
-    try:
-        feed(ca, frames, 1)
-        feed(cb, frames, 1)
-        await all_answered(ta, tb)
-        assert answers(ta) == answers(tb) and {c.code for c in ta.frames} == {0}
-        assert records(a) == records(b) and queues(a) == queues(b)
-        assert a.send_lane is not None and a.send_lane.handled == 36
-        assert a.send_lane.fallbacks["new_topic"] == 1 and a.send_lane.fallbacks["queue_not_ready"] == 3
-    finally:
-        await a.shutdown()
-        await b.shutdown()
-
-
 @pytest.mark.parametrize("binary", [0.0, 0.5])
 async def test_overload_refusals_are_the_python_paths_and_store_nothing(tmp_path: Path, binary: float) -> None:
     """While the send queue is full every send is answered SYSTEM_BUSY at once, by the lane in C exactly as by the
     Python processor (one-way sends unanswered, other requests served); once it drains both store alike again."""
     frames = mixed_stream(17, 300, binary)
-    (a, ca, ta), (b, cb, tb) = [await start_broker(tmp_path / name, lane, flush_disk_type="SYNC_FLUSH")
+    (a, ca, ta), (b, cb, tb) = [await start_broker(tmp_path / name, lane, broker_fast_failure_enable=True)
                                 for name, lane in (("a", True), ("b", False))]  # fmt: skip
     try:
         feed(ca, frames[:20], 1)  # admit topics and queues
@@ -572,92 +555,3 @@ async def test_overload_refusals_are_the_python_paths_and_store_nothing(tmp_path
         await a.shutdown()
         await b.shutdown()
 
-
-async def test_delay_level_sends_take_the_lane_after_their_levels_first(tmp_path: Path) -> None:
-    """Delayed sends are stored in SCHEDULE_TOPIC_XXXX (queue level - 1, REAL_TOPIC / REAL_QID, DELAY clamped,
-    delivery time as tags) by the lane exactly as by the Python path; each level's first send goes through Python
-    (it creates the level's queue), odd DELAY values always do."""
-    delays = ["1", "3", "007", "99", "0", "x", " 2", "3", "1", "18", "4", "3", "1", "2", "00"]
-    frames = [send(i, "LaneA" if i % 3 else "LaneB", i % 4,
-                   {"DELAY": delays[i % len(delays)], **({"UNIQ_KEY": f"D{i:031d}"} if i % 2 else {}),
-                    **({"REAL_QID": "9"} if i % 11 == 0 else {})}, b"d" * i, v1=i % 5 == 0)
-              for i in range(1, 121)]  # fmt: skip
-    (a, ca, ta), (b, cb, tb) = [await start_broker(tmp_path / name, lane) for name, lane in (("a", True), ("b", False))]
-    try:
-        plain = [send(i, "LaneA", q, {"UNIQ_KEY": f"P{i}"}, b"p") for i, q in enumerate(range(4), start=1000)]
-        for x in (ca, cb):
-            feed(x, plain, 1)
-            feed(x, frames, 2)
-        await all_answered(ta, tb)
-        assert answers(ta) == answers(tb) and {c.code for c in ta.frames} == {0}
-        assert records(a) == records(b) and queues(a) == queues(b)
-        delayed = [r for r in records(a) if r[0] == "SCHEDULE_TOPIC_XXXX"]
-        assert {r[1] for r in delayed} == {0, 1, 2, 3, 6, 17} and {r[11]["DELAY"] for r in delayed} >= {"7", "18"}
-        levels = {r[1] for r in delayed}
-        # LaneB only ever gets delayed sends: it enters the lane with its first one
-        assert a.send_lane is not None and a.send_lane.handled >= len(delayed) - len(levels) - 2
-        assert a.send_lane.fallbacks["delay"] >= 8  # the odd values (x, " 2") and the first of each level
-    finally:
-        await a.shutdown()
-        await b.shutdown()
-
-
-def batch_frame(opaque: int, topic: str, qid: int, msgs: list[tuple[int, bytes, dict[str, str]]], how: str) -> bytes:
-    """A batch as SEND_BATCH_MESSAGE (320) or as a 310 / 10 send with batch=true."""
-    body = encode_batch_body(msgs)
-    if how == "320":
-        ext = dict(zip("abcdefghijklm", ("pg", topic, "TBW102", "4", str(qid), "0", "1700000000123", "0", "", "0",
-                                         "false", "16", "true"), strict=True))  # fmt: skip
-        return encode(dataclasses.replace(request(320, ext, body), opaque=opaque))
-    frame = send(opaque, topic, qid, {}, b"", v1=how == "10", batch="true")
-    cmd = FrameDecoder().feed(frame)[0]
-    return encode(dataclasses.replace(cmd, body=body))
-
-
-async def test_batches_take_the_lane_and_store_like_the_python_path(tmp_path: Path) -> None:
-    """Batches (320, or batch=true on 310 / 10): one record per message with consecutive queue offsets, one store
-    time, one answer (message ids and UNIQ_KEYs joined); malformed ones get the Python path's answer."""
-    rnd = random.Random(23)
-    frames = [send(i, t, q, {"UNIQ_KEY": f"P{i}"}, b"p") for i, (t, q) in
-              enumerate(((t, q) for t in TOPICS[:2] for q in range(4)), start=1)]  # admit the queues
-    for i in range(20, 220):
-        msgs = [(rnd.randrange(3), bytes(rnd.getrandbits(8) for _ in range(rnd.randint(0, 200))),
-                 {**({"UNIQ_KEY": f"B{i:04d}{j:02d}"} if rnd.random() < 0.5 else {}),
-                  **({"TAGS": rnd.choice(["a", "t\u00e9g"])} if rnd.random() < 0.7 else {}),
-                  **({"KEYS": f"bk{i} bk{i}-{j}"} if rnd.random() < 0.5 else {}),
-                  **({"CLUSTER": "c"} if rnd.random() < 0.1 else {})}) for j in range(rnd.randint(1, 16))]
-        frame = batch_frame(i, rnd.choice(TOPICS[:2]), rnd.randrange(4), msgs, rnd.choice(["320", "310", "10"]))
-        kind = rnd.random()
-        if kind < 0.04:  # truncated body: the length prefix kept, the last entry cut short
-            cmd = FrameDecoder().feed(frame)[0]
-            frame = encode(dataclasses.replace(cmd, body=(cmd.body or b"")[:-3]))
-        elif kind < 0.06:
-            frame = batch_frame(i, "LaneA", 1, [], "320")  # empty batch
-        elif kind < 0.08:
-            cmd = FrameDecoder().feed(frame)[0]
-            raw = bytearray(cmd.body or b"")
-            raw[-1] = 0xFF  # properties that are not UTF-8
-            frame = encode(dataclasses.replace(cmd, body=bytes(raw)))
-        frames.append(frame)
-    (a, ca, ta), (b, cb, tb) = [await start_broker(tmp_path / name, lane, flush_disk_type=flush)
-                                for name, lane, flush in (("a", True, "SYNC_FLUSH"), ("b", False, "SYNC_FLUSH"))]  # fmt: skip
-    try:
-        feed(ca, frames, 1)
-        feed(cb, frames, 2)
-        await all_answered(ta, tb)
-        ra, rb = answers(ta), answers(tb)
-        assert ra.keys() == rb.keys() and len(ra) == len(frames)
-        for opaque, want in rb.items():
-            assert ra[opaque] == want, opaque
-        assert records(a) == records(b) and queues(a) == queues(b)
-        assert sum(1 for c in ta.frames if c.code != 0) >= 5  # the malformed ones
-        for key in ("bk40", "bk99-0", "B005000"):
-            for t in TOPICS[:2]:
-                qa, qb = (sorted(decode_record(buf)[0].commit_log_offset
-                                 for buf in x.store.query_message(t, key, 64, 0, 2**62).buffers) for x in (a, b))
-                assert qa == qb
-        assert a.send_lane is not None and a.send_lane.handled > 1000
-        assert a.stats.msgs_in == b.stats.msgs_in and a.stats.bytes_in == b.stats.bytes_in
-    finally:
-        await a.shutdown()
-        await b.shutdown()
