@@ -5,8 +5,10 @@ in time. This broker stores a send as soon as its frame is read off the socket; 
 stored send waits for its put acknowledgement (the SYNC_FLUSH group commit, replica acks). So the broker's send
 queue here is its unanswered stored sends, and a new send is refused before it is stored when
 
-* ``TIMEOUT_CLEAN_QUEUE``: the oldest unanswered send has waited ``waitTimeMillsInSendQueue`` or more (measured
-  from when its frame was read; a new one would wait at least as long);
+* ``TIMEOUT_CLEAN_QUEUE``: with SYNC_FLUSH, the oldest send still waiting for the disk flush has waited
+  ``waitTimeMillsInSendQueue`` or more (measured from when its frame was read; a new one would wait about as
+  long: the disk is the bottleneck). Waits for replica acks do not count: replication keeps its own timeouts
+  and answers (FLUSH_SLAVE_TIMEOUT, ...);
 * ``OVERLOAD``: ``sendThreadPoolQueueCapacity`` sends are unanswered (the queue is full);
 * ``PCBUSY_CLEAN_QUEUE``: a put held the store longer than ``osPageCacheBusyTimeOutMills`` (the page cache is
   busy); sends are refused for ``waitTimeMillsInSendQueue`` after it.
@@ -44,15 +46,23 @@ class AdmissionConfig:
                    c.os_page_cache_busy_time_out_mills)
 
 
+@dataclass(slots=True)
+class Waiting:
+    read_at: float
+    n: int  # 0 once answered
+    end: int
+
+
 class SendAdmission:
     """``broker_cfg`` returns the broker's current config (a live change takes effect on the next send)."""
 
-    def __init__(self, broker_cfg: Callable[[], BrokerConfig]) -> None:
+    def __init__(self, broker_cfg: Callable[[], BrokerConfig], flushed: Callable[[], int | None]) -> None:
         self._broker_cfg = broker_cfg
+        self._flushed = flushed  # the log offset durable so far with SYNC_FLUSH; None: the store flushes async
         self._source: BrokerConfig | None = None
         self.cfg = AdmissionConfig()
         self.pending = 0  # unanswered stored sends
-        self._waiting: deque[list[float]] = deque()  # [read time (s), sends still unanswered of that batch]
+        self._unflushed: deque[Waiting] = deque()  # with SYNC_FLUSH: stored sends waiting for the flush, oldest first
         self._busy_until = 0.0
         self._busy_ms = 0
         self.refused: dict[str, int] = dict.fromkeys(REASONS, 0)
@@ -67,8 +77,13 @@ class SendAdmission:
             return None
         if self.pending >= cfg.capacity:
             return "[OVERLOAD]system busy, start flow control for a while"
-        if self._waiting:
-            waited = int((now - self._waiting[0][0]) * 1000)
+        q = self._unflushed
+        if q:
+            flushed = self._flushed()
+            while q and (q[0].n == 0 or flushed is None or q[0].end <= flushed):
+                q.popleft()
+        if q:
+            waited = int((now - q[0].read_at) * 1000)
             if waited >= cfg.wait_ms:
                 return (f"[TIMEOUT_CLEAN_QUEUE]broker busy, start flow control for a while, period in queue: "
                         f"{waited}ms, size of queue: {self.pending}")
@@ -82,20 +97,18 @@ class SendAdmission:
         reason = TIMEOUT if remark.startswith("[TIMEOUT") else PCBUSY if remark.startswith("[PCBUSY") else OVERLOAD
         self.refused[reason] += n
 
-    def waiting(self, n: int, read_at: float) -> list[float]:
-        """``n`` sends read at ``read_at`` were stored and wait for their acknowledgement; hand the returned entry
-        to ``answered`` when they are answered."""
-        entry = [read_at, float(n)]
-        self._waiting.append(entry)
+    def waiting(self, n: int, read_at: float, end: int) -> Waiting:
+        """``n`` sends read at ``read_at`` were stored (their records end at log offset ``end``) and wait for
+        their acknowledgement; hand the returned entry to ``answered`` when they are answered."""
+        entry = Waiting(read_at, n, end)
+        if self._flushed() is not None:
+            self._unflushed.append(entry)
         self.pending += n
         return entry
 
-    def answered(self, entry: list[float]) -> None:
-        self.pending -= int(entry[1])
-        entry[1] = 0.0
-        q = self._waiting
-        while q and q[0][1] == 0.0:  # acks come in log order, so this is almost always the head
-            q.popleft()
+    def answered(self, entry: Waiting) -> None:
+        self.pending -= entry.n
+        entry.n = 0
 
     def put_took(self, seconds: float, now: float) -> None:
         """A put (one message, or one run of the C lane) held the store for ``seconds``."""

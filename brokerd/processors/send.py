@@ -96,8 +96,13 @@ class SendProcessor:
         self.store_host = (broker.cfg.broker_ip1, broker.cfg.listen_port)
         self._valid_topics: set[str] = set()
         self._tag_codes: dict[str, int] = {}
-        self.admission = SendAdmission(lambda: broker.cfg)  # overload shedding, shared with the lane
+        self.admission = SendAdmission(lambda: broker.cfg, self._flushed)  # overload shedding, shared with the lane
         self.lane = SendLane(broker, NOT_ALLOWED_SEND_TOPICS, self.admission) if native is not None else None
+
+    def _flushed(self) -> int | None:
+        """The log offset durable so far when sends wait for the disk flush (SYNC_FLUSH), else None."""
+        flush = self.broker.acks.flush
+        return flush.flushed_offset if flush.sync_flush else None
 
     def tags_code(self, tags: str | None) -> int:
         if not tags:
@@ -276,7 +281,7 @@ class SendProcessor:
             return self._answer(cmd, res, queue_id, uniq)
         # wait for the flush (group commit) and/or the replicas: answer from the callback, no task per message
         out: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
-        waiting = self.admission.waiting(1, t0)
+        waiting = self.admission.waiting(1, t0, res.end_offset)
 
         def done(f: asyncio.Future[PutStatus]) -> None:
             self.admission.answered(waiting)

@@ -231,7 +231,7 @@ class SendLane:
             self._write_answers(conn, answers, ack)
             return
         conn.inflight.add(ack)  # a broker being removed finishes these requests first
-        waiting = self.admission.waiting(len(answers), read_at)
+        waiting = self.admission.waiting(len(answers), read_at, end)
 
         def done(f: asyncio.Future[PutStatus]) -> None:
             conn.inflight.discard(f)

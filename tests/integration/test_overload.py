@@ -60,10 +60,10 @@ def test_a_flooded_sync_flush_broker_refuses_the_excess_at_once_and_recovers(tmp
     assert sum(1 for n in halves if n > 0) >= len(halves) // 2, halves
     assert shed["ok_per_s"] >= 0.25 * queued["ok_per_s"], (shed, queued)
     assert queued["codes"] == {"0": queued["answers"]}  # without shedding, everything queues
-    # back to normal at once: the next sends are stored and answered faster than a typical answer in the flood
+    # back to normal at once: the next sends are stored, and answered faster than the slow answers of the flood
     assert [code for code, _ in after] == [0] * 10
-    assert sorted(t for _, t in after)[5] * 1000 < max(shed["p50_ms"], queued["p50_ms"]), (after, shed, queued)
+    assert sorted(t for _, t in after)[5] * 1000 < max(shed["p99_ms"], queued["p99_ms"]), (after, shed, queued)
     refused = {line.split('reason="')[1].split('"')[0]: int(line.rsplit(" ", 1)[1])
                for line in text.splitlines() if line.startswith("rocketmq_send_refused_total{")}
-    assert refused["overload"] + refused["timeout_clean_queue"] == shed["codes"]["2"]
+    assert refused["overload"] + refused["timeout_clean_queue"] == shed["codes"]["2"], (refused, shed)
     assert 'rocketmq_send_queue_size{broker="DefaultCluster:broker-a:0"} 0' in text

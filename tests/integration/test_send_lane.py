@@ -533,7 +533,7 @@ async def test_overload_refusals_are_the_python_paths_and_store_nothing(tmp_path
         feed(ca, frames[:20], 1)  # admit topics and queues
         feed(cb, frames[:20], 1)
         await all_answered(ta, tb)
-        full = [x.send_admission.waiting(x.cfg.send_thread_pool_queue_capacity, asyncio.get_running_loop().time())
+        full = [x.send_admission.waiting(x.cfg.send_thread_pool_queue_capacity, asyncio.get_running_loop().time(), 0)
                 for x in (a, b)]  # fmt: skip
         before = len(ta.frames), records(a)
         feed(ca, frames[20:200], 2)
