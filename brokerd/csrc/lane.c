@@ -4,13 +4,13 @@
 
 static int Lane_traverse(Lane *l, visitproc visit, void *arg) {
     Py_VISIT(l->topics); Py_VISIT(l->next_qoff); Py_VISIT(l->listeners); Py_VISIT(l->index_put); Py_VISIT(l->error); Py_VISIT(l->write_error); Py_VISIT(l->last_entry); Py_VISIT(l->last_topic_obj);
-    Py_VISIT(l->delay_entry); Py_VISIT(l->delay_topic);
+    Py_VISIT(l->delay_entry); Py_VISIT(l->delay_topic); Py_VISIT(l->half_entry); Py_VISIT(l->half_topic);
     return 0;
 }
 
 static int Lane_clear(Lane *l) {
     Py_CLEAR(l->topics); Py_CLEAR(l->next_qoff); Py_CLEAR(l->listeners); Py_CLEAR(l->index_put); Py_CLEAR(l->error); Py_CLEAR(l->write_error);
-    Py_CLEAR(l->delay_entry); Py_CLEAR(l->delay_topic);
+    Py_CLEAR(l->delay_entry); Py_CLEAR(l->delay_topic); Py_CLEAR(l->half_entry); Py_CLEAR(l->half_topic);
     lane_clear_cache(l);
     return 0;
 }
@@ -106,9 +106,24 @@ static PyObject *Lane_set_delay(Lane *l, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* set_half(topic, entry): prepared transactional sends are stored in `topic` (an entry as add_topic's) */
+static PyObject *Lane_set_half(Lane *l, PyObject *args) {
+    PyObject *topic, *entry;
+    if (!PyArg_ParseTuple(args, "UO!", &topic, &PyTuple_Type, &entry)) return NULL;
+    if (PyTuple_GET_SIZE(entry) != 6 || !PyBytes_Check(PyTuple_GET_ITEM(entry, 0)) ||
+        !PyTuple_Check(PyTuple_GET_ITEM(entry, 4)) || !PyTuple_Check(PyTuple_GET_ITEM(entry, 5))) {
+        PyErr_SetString(PyExc_ValueError, "entry must be as add_topic's");
+        return NULL;
+    }
+    Py_INCREF(entry); Py_XSETREF(l->half_entry, entry);
+    Py_INCREF(topic); Py_XSETREF(l->half_topic, topic);
+    Py_RETURN_NONE;
+}
+
 static PyObject *Lane_clear_topics(Lane *l, PyObject *unused) {
     PyDict_Clear(l->topics);
     Py_CLEAR(l->delay_entry);
+    Py_CLEAR(l->half_entry);
     lane_clear_cache(l);
     Py_RETURN_NONE;
 }
@@ -236,6 +251,7 @@ static PyMethodDef Lane_methods[] = {
     {"add_topic", (PyCFunction)Lane_add_topic, METH_VARARGS, "add_topic(topic, entry)"},
     {"clear_topics", (PyCFunction)Lane_clear_topics, METH_NOARGS, "forget every topic (and the delay topic)"},
     {"set_delay", (PyCFunction)Lane_set_delay, METH_VARARGS, "set_delay(schedule_topic, entry, levels_ms)"},
+    {"set_half", (PyCFunction)Lane_set_half, METH_VARARGS, "set_half(half_topic, entry)"},
     {"take_error", (PyCFunction)Lane_take_error, METH_NOARGS, "the dispatch exception of the last run, or None"},
     {"take_write_error", (PyCFunction)Lane_take_write_error, METH_NOARGS,
      "the OSError of the last run's failed segment write, or None"},

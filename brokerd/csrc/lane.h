@@ -26,6 +26,7 @@ typedef struct {
     long long refused;      /* sends the last run refused */
     /* delay levels: the schedule topic's lane entry (as in `topics`) and name, the delay of each level (ms) */
     PyObject *delay_entry, *delay_topic;
+    PyObject *half_entry, *half_topic;  /* transactional half messages: RMQ_SYS_TRANS_HALF_TOPIC's entry and name */
     long long delay_ms[MAX_LEVELS]; int n_levels;
     char region[256]; Py_ssize_t region_n;  /* JSON-encoded value, quotes included */
     int trace_on;
@@ -61,6 +62,7 @@ typedef struct {
     long long answer_qid; /* the queue id the answer names (the request's, also when delayed) */
     int level;           /* delay level (> 0: stored in the schedule topic's queue level - 1) */
     int batch;           /* a batch request (its body holds the messages) */
+    int half;            /* a transactional (prepared) send: stored as a half message */
     Prop ps[MAX_PROPS_N + 1];  /* + a generated UNIQ_KEY */
     int np;
     const Prop *uniq, *tags, *keys;

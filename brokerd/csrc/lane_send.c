@@ -43,7 +43,8 @@ static int send_fields(Send *s) {
         ext_int(h, F(h, "j", "reconsumeTimes"), 0, &s->reconsume) ||
         ext_int(h, F(h, "d", "defaultTopicQueueNums"), 4, &unused))
         return WHY_FIELDS;
-    if (s->sys_flag & 0xC) return WHY_TRANSACTION;
+    s->half = (s->sys_flag & 0xC) != 0;  /* prepared: a half message (build_props checks TRAN_MSG) */
+    if ((s->sys_flag & 0xC) != 0 && ((s->sys_flag & 0xC) != 0x4 || s->batch)) return WHY_TRANSACTION;
     if (s->sys_flag < INT32_MIN || s->sys_flag > INT32_MAX || s->flag < INT32_MIN ||
         s->flag > INT32_MAX || s->reconsume < INT32_MIN || s->reconsume > INT32_MAX)
         return WHY_FIELDS;  /* out-of-range numbers: Python */
@@ -158,7 +159,12 @@ static int build_props(Lane *l, Send *s, const char *raw, Py_ssize_t n, int dela
     s->np = parse_props(raw, n, s->ps);
     if (s->np < 0) return WHY_PROPERTIES;
     s->level = 0;
-    int why = delay ? delay_level(l, s, prop(s->ps, s->np, "DELAY", 5)) : 0;
+    if (s->half) {  /* as is_half_request: TRAN_MSG=true on a single send; no delay for it (apply_delay) */
+        const Prop *tm = prop(s->ps, s->np, "TRAN_MSG", 8);
+        if (!delay || tm == NULL || tm->vn != 4 || memcmp(tm->v, "true", 4) != 0 || l->half_entry == NULL)
+            return WHY_TRANSACTION;
+    }
+    int why = delay && !s->half ? delay_level(l, s, prop(s->ps, s->np, "DELAY", 5)) : 0;
     if (why) return why;
     const Prop *wait = prop(s->ps, s->np, "WAIT", 4);
     if (wait_check && l->sync && wait != NULL && wait->vn == 5 && memcmp(wait->v, "false", 5) == 0)
@@ -172,13 +178,13 @@ static int build_props(Lane *l, Send *s, const char *raw, Py_ssize_t n, int dela
     s->tags = prop(s->ps, s->np, "TAGS", 4);
     s->keys = prop(s->ps, s->np, "KEYS", 4);
     /* the stored properties: the request's in order (CLUSTER set; when delayed DELAY = the level, REAL_TOPIC and
-     * REAL_QID set), then those of CLUSTER, REAL_TOPIC, REAL_QID that were not there, in that order (as the Python
+     * REAL_QID set; a half message's REAL_TOPIC and REAL_QID set), then those of CLUSTER, REAL_TOPIC, REAL_QID that were not there, in that order (as the Python
      * processor inserts them into its dict) */
     char qid[24], lv[24];
     Prop set[4] = {{"CLUSTER", 7, l->cluster, l->cluster_n}, {"REAL_TOPIC", 10, s->topic_p, s->topic_n},
                    {"REAL_QID", 8, qid, snprintf(qid, sizeof qid, "%lld", s->answer_qid)},
                    {"DELAY", 5, lv, snprintf(lv, sizeof lv, "%d", s->level)}};
-    int nset = s->level > 0 ? 4 : 1, seen[4] = {0, 0, 0, 0};
+    int nset = s->level > 0 ? 4 : s->half ? 3 : 1, seen[4] = {0, 0, 0, 0};
     unsigned char *pp = (unsigned char *)l->props;
     Py_ssize_t pn = 0;
     for (int i = 0; i < s->np + nset; i++) {
@@ -197,6 +203,11 @@ static int build_props(Lane *l, Send *s, const char *raw, Py_ssize_t n, int dela
         s->entry = l->delay_entry;
         s->topic_obj = l->delay_topic;
         s->qid = s->level - 1;
+    } else if (s->half) {  /* as to_half: queue 0 of the half topic, no transaction bits */
+        s->entry = l->half_entry;
+        s->topic_obj = l->half_topic;
+        s->qid = 0;
+        s->sys_flag &= ~0xC;
     }
     return 0;
 }

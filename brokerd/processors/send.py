@@ -158,8 +158,8 @@ class SendProcessor:
         res = self._store(cmd, h, [msg], queue_id)
         if self.lane is not None and msg.topic is h.topic:  # a plain message: the next ones can take the C lane
             self.lane.admit(msg.topic, tc, queue_id)
-        elif self.lane is not None and msg.topic == RMQ_SYS_SCHEDULE_TOPIC:  # delayed: the level's next ones
-            self.lane.admit_delay(msg.queue_id)
+        elif self.lane is not None and msg.topic in (RMQ_SYS_SCHEDULE_TOPIC, RMQ_SYS_TRANS_HALF_TOPIC):
+            self.lane.admit_retargeted(msg.topic, msg.queue_id)  # delayed / half: the next such ones take the lane
             self.lane.admit(h.topic, tc, queue_id)
         return res
 

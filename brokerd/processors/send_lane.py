@@ -1,9 +1,10 @@
 """The C send lane (``brokerd._native.SendLane``) wired to one broker.
 
 For the common case of SEND_MESSAGE (10) / SEND_MESSAGE_V2 (310) / SEND_BATCH_MESSAGE (320, or batch=true)
-with a JSON or ROCKETMQ binary header — a known writable topic, a plain, batch or delay-level message (without a UNIQ_KEY it gets a new one, as in Python; a
-delayed one is stored in the schedule topic as ``ScheduleService.apply_delay`` re-targets it), a master store
-with no error flag set — the
+with a JSON or ROCKETMQ binary header — a known writable topic; a plain, batch, delay-level or transactional half
+message (without a UNIQ_KEY it gets a new one, as in Python; a delayed one is stored in the schedule topic as
+``ScheduleService.apply_delay`` re-targets it, a half message in the half topic as ``transaction.to_half``
+does); a master store with no error flag set — the
 lane does in C what ``SendProcessor.process`` and ``MessageStore.put_message_deferred`` do in Python: stored
 record into the active commit-log segment (the records of one read written with one pwrite, as
 ``CommitLog.append`` writes one), queue offset, consume-queue and key-index puts (their Python methods), and
@@ -16,8 +17,8 @@ This module keeps the two sides in step:
 * gates, checked on every call: the lane runs only while the Python path would store at once (a writable
   master, no store error flag, no confirm-offset hold);
 * topics enter the lane after the Python processor stored a message for them (so every check of ``_check``
-  has passed once), the schedule topic's level queues after it stored a delayed message there; they leave it on
-  any topic metadata change;
+  has passed once), the schedule topic's level queues / the half topic after it stored a delayed / half message
+  there; they leave it on any topic metadata change;
 * every send the Python processor takes while the lane exists is counted under the reason the lane left it
   (``fallbacks``, on /metrics; names in ``FALLBACK_REASONS``);
 * after each run the store's and segment's positions, timestamps and the broker's counters are settled exactly
@@ -34,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from brokerd.message import ipv4_bytes, native_uniq_prefix
-from brokerd.metadata.names import RETRY_GROUP_TOPIC_PREFIX, RMQ_SYS_SCHEDULE_TOPIC
+from brokerd.metadata.names import RETRY_GROUP_TOPIC_PREFIX, RMQ_SYS_SCHEDULE_TOPIC, RMQ_SYS_TRANS_HALF_TOPIC
 from brokerd.metadata.topic import PERM_WRITE, TopicConfig
 from brokerd.native import native
 from brokerd.processors.admission import SendAdmission
@@ -133,17 +134,20 @@ class SendLane:
         if self.broker.store.layout_generation == self._gen:
             self._lane.add_topic(topic, self._entry(topic, tc))
 
-    def admit_delay(self, queue_id: int) -> None:
-        """After the Python processor stored a delayed message in queue ``queue_id`` of the schedule topic: let
-        the lane store the next delayed sends of that level (to admitted topics) there."""
-        bound = self._topics.get(RMQ_SYS_SCHEDULE_TOPIC)
+    def admit_retargeted(self, topic: str, queue_id: int) -> None:
+        """After the Python processor stored a delayed message in queue ``queue_id`` of the schedule topic, or a
+        half message in the half topic (``topic``): let the lane store the next such sends (to admitted topics)
+        there."""
+        bound = self._topics.get(topic)
         if bound is not None and queue_id < len(bound) and bound[queue_id]:
             return
-        tc = self.broker.meta.topics.get(RMQ_SYS_SCHEDULE_TOPIC)
+        tc = self.broker.meta.topics.get(topic)
         if self._lane is None or tc is None or self.broker.store.layout_generation != self._gen:
             return
-        self._lane.set_delay(RMQ_SYS_SCHEDULE_TOPIC, self._entry(RMQ_SYS_SCHEDULE_TOPIC, tc),
-                             tuple(self.broker.cfg.delay_levels_ms))  # fmt: skip
+        if topic == RMQ_SYS_SCHEDULE_TOPIC:
+            self._lane.set_delay(topic, self._entry(topic, tc), tuple(self.broker.cfg.delay_levels_ms))
+        elif topic == RMQ_SYS_TRANS_HALF_TOPIC and not self.broker.cfg.reject_transaction_message:
+            self._lane.set_half(topic, self._entry(topic, tc))
 
     def _entry(self, topic: str, tc: TopicConfig) -> tuple[object, ...]:
         """The lane's entry of ``topic``: its record prefix, queue counts, queue keys and consume-queue puts."""

@@ -76,7 +76,7 @@ class Conn(asyncio.Protocol):
 
 
 CAPTURES = pathlib.Path(__file__).resolve().parents[2] / "tests" / "testdata" / "client_first_frames.json"
-SHAPES = ("json_uniq", "json_no_uniq", "send_message_10", "binary", "batch16", "delay_level")
+SHAPES = ("json_uniq", "json_no_uniq", "send_message_10", "binary", "batch16", "delay_level", "transaction_half")
 
 
 def capture_shapes() -> dict[str, dict[str, str]]:
@@ -120,6 +120,9 @@ def shape_sender(shape: str, topic: str, queues: int, body_size: int) -> tuple[C
         return lambda op: frame(10, op, ext_of(op, f"TAGS\x01bench\x02WAIT\x01true\x02{uniq(op)}", True), body), 1
     if shape == "delay_level":
         return lambda op: frame(310, op, ext_of(op, f"TAGS\x01bench\x02DELAY\x012\x02{uniq(op)}"), body), 1
+    if shape == "transaction_half":  # a prepared send: stored as a half message (nothing commits it here)
+        return lambda op: frame(310, op, {**ext_of(op, f"TAGS\x01bench\x02TRAN_MSG\x01true\x02PGROUP\x01bench_pg\x02{uniq(op)}"),
+                                          "f": "4"}, body), 1
     if shape == "batch16":
         def batch(op: int) -> bytes:
             msgs = [(0, body, {"TAGS": "bench", "UNIQ_KEY": f"{uniq_prefix}{op:06X}{i:02X}"}) for i in range(16)]

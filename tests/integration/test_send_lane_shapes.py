@@ -138,3 +138,46 @@ async def test_batches_take_the_lane_and_store_like_the_python_path(tmp_path: Pa
     finally:
         await a.shutdown()
         await b.shutdown()
+
+
+def with_sys_flag(frame: bytes, sys_flag: int) -> bytes:
+    cmd = FrameDecoder().feed(frame)[0]
+    key = "f" if cmd.code != 10 else "sysFlag"
+    return encode(dataclasses.replace(cmd, ext={**cmd.ext, key: str(sys_flag)}))
+
+
+async def test_transactional_half_messages_take_the_lane_after_the_first(tmp_path: Path) -> None:
+    """Prepared sends (sysFlag 4 with TRAN_MSG=true) are stored as half messages (RMQ_SYS_TRANS_HALF_TOPIC queue
+    0, REAL_TOPIC / REAL_QID, no transaction bits, no delay) by the lane exactly as by the Python path; other
+    transaction flags, or a prepared flag without TRAN_MSG, stay in Python."""
+    rnd = random.Random(31)
+    frames = [send(i, "LaneA", q, {"UNIQ_KEY": f"P{i}"}, b"p") for i, q in enumerate(range(4), start=1000)]
+    for i in range(1, 151):
+        props = {"TRAN_MSG": "true", "PGROUP": "pg", **({"UNIQ_KEY": f"H{i:031d}"} if i % 2 else {}),
+                 **({"TAGS": "tx"} if i % 3 else {}), **({"DELAY": "2"} if i % 7 == 0 else {}),
+                 **({"REAL_QID": "9"} if i % 13 == 0 else {}), **({"KEYS": f"hk{i}"} if i % 5 == 0 else {})}
+        kind = rnd.random()
+        flag = 8 if kind < 0.05 else 5 if kind < 0.15 else 4  # commit type (Python), compressed + prepared
+        if 0.15 <= kind < 0.2:
+            del props["TRAN_MSG"]  # prepared without TRAN_MSG: not a half message (Python)
+        frames.append(with_sys_flag(send(i, rnd.choice(("LaneA", "LaneB")), rnd.randrange(4), props, b"h" * i,
+                                         v1=i % 4 == 0), flag))  # fmt: skip
+    (a, ca, ta), (b, cb, tb) = [await start_broker(tmp_path / name, lane) for name, lane in (("a", True), ("b", False))]
+    try:
+        feed(ca, frames, 1)
+        feed(cb, frames, 2)
+        await all_answered(ta, tb)
+        assert answers(ta) == answers(tb)
+        assert records(a) == records(b) and queues(a) == queues(b)
+        half = [r for r in records(a) if r[0] == "RMQ_SYS_TRANS_HALF_TOPIC"]
+        assert len(half) > 100 and {r[1] for r in half} == {0} and all(r[5] & 0xC == 0 for r in half)
+        for key in ("hk10", "hk35"):
+            qa, qb = (sorted(decode_record(buf)[0].commit_log_offset for buf in
+                             x.store.query_message("RMQ_SYS_TRANS_HALF_TOPIC", key, 8, 0, 2**62).buffers)
+                      for x in (a, b))  # fmt: skip
+            assert qa == qb and len(qa) == 1
+        assert a.send_lane is not None and a.send_lane.handled >= len(half) - 4
+        assert a.send_lane.fallbacks["transaction"] >= 10
+    finally:
+        await a.shutdown()
+        await b.shutdown()
