@@ -72,28 +72,37 @@ static int Lane_init(Lane *l, PyObject *args, PyObject *kw) {
     return 0;
 }
 
+/* A topic's lane entry: (prefix, magic, write_qnums, read_qnums, qkeys, cq_puts); 0 ok, -1 TypeError. */
+static int check_entry(PyObject *entry) {
+    if (PyTuple_GET_SIZE(entry) == 6 && PyBytes_Check(PyTuple_GET_ITEM(entry, 0)) &&
+        PyTuple_Check(PyTuple_GET_ITEM(entry, 4)) && PyTuple_Check(PyTuple_GET_ITEM(entry, 5)))
+        return 0;
+    PyErr_SetString(PyExc_TypeError, "entry must be (prefix, magic, write_qnums, read_qnums, qkeys, cq_puts)");
+    return -1;
+}
+
 static PyObject *Lane_add_topic(Lane *l, PyObject *args) {
     PyObject *topic, *entry;
-    if (!PyArg_ParseTuple(args, "UO!", &topic, &PyTuple_Type, &entry)) return NULL;
-    if (PyTuple_GET_SIZE(entry) != 6 || !PyBytes_Check(PyTuple_GET_ITEM(entry, 0)) ||
-        !PyTuple_Check(PyTuple_GET_ITEM(entry, 4)) || !PyTuple_Check(PyTuple_GET_ITEM(entry, 5))) {
-        PyErr_SetString(PyExc_TypeError, "entry must be (prefix, magic, write_qnums, read_qnums, qkeys, cq_puts)");
-        return NULL;
-    }
+    if (!PyArg_ParseTuple(args, "UO!", &topic, &PyTuple_Type, &entry) || check_entry(entry)) return NULL;
     if (PyDict_SetItem(l->topics, topic, entry) < 0) return NULL;
     lane_clear_cache(l);
     Py_RETURN_NONE;
 }
 
+/* A re-targeted send's topic and entry into *topic_slot / *entry_slot. */
+static void set_target(PyObject **topic_slot, PyObject **entry_slot, PyObject *topic, PyObject *entry) {
+    Py_INCREF(entry); Py_XSETREF(*entry_slot, entry);
+    Py_INCREF(topic); Py_XSETREF(*topic_slot, topic);
+}
+
 /* set_delay(topic, entry, levels_ms): delayed sends are stored in `topic` (an entry as add_topic's) */
 static PyObject *Lane_set_delay(Lane *l, PyObject *args) {
     PyObject *topic, *entry, *levels;
-    if (!PyArg_ParseTuple(args, "UO!O!", &topic, &PyTuple_Type, &entry, &PyTuple_Type, &levels)) return NULL;
+    if (!PyArg_ParseTuple(args, "UO!O!", &topic, &PyTuple_Type, &entry, &PyTuple_Type, &levels) || check_entry(entry))
+        return NULL;
     Py_ssize_t n = PyTuple_GET_SIZE(levels);
-    if (PyTuple_GET_SIZE(entry) != 6 || !PyBytes_Check(PyTuple_GET_ITEM(entry, 0)) ||
-        !PyTuple_Check(PyTuple_GET_ITEM(entry, 4)) || !PyTuple_Check(PyTuple_GET_ITEM(entry, 5)) || n < 1 ||
-        n > MAX_LEVELS) {
-        PyErr_SetString(PyExc_ValueError, "entry must be as add_topic's, levels 1..64 delays");
+    if (n < 1 || n > MAX_LEVELS) {
+        PyErr_SetString(PyExc_ValueError, "levels must be 1..64 delays");
         return NULL;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -101,22 +110,15 @@ static PyObject *Lane_set_delay(Lane *l, PyObject *args) {
         if (PyErr_Occurred()) return NULL;
     }
     l->n_levels = (int)n;
-    Py_INCREF(entry); Py_XSETREF(l->delay_entry, entry);
-    Py_INCREF(topic); Py_XSETREF(l->delay_topic, topic);
+    set_target(&l->delay_topic, &l->delay_entry, topic, entry);
     Py_RETURN_NONE;
 }
 
 /* set_half(topic, entry): prepared transactional sends are stored in `topic` (an entry as add_topic's) */
 static PyObject *Lane_set_half(Lane *l, PyObject *args) {
     PyObject *topic, *entry;
-    if (!PyArg_ParseTuple(args, "UO!", &topic, &PyTuple_Type, &entry)) return NULL;
-    if (PyTuple_GET_SIZE(entry) != 6 || !PyBytes_Check(PyTuple_GET_ITEM(entry, 0)) ||
-        !PyTuple_Check(PyTuple_GET_ITEM(entry, 4)) || !PyTuple_Check(PyTuple_GET_ITEM(entry, 5))) {
-        PyErr_SetString(PyExc_ValueError, "entry must be as add_topic's");
-        return NULL;
-    }
-    Py_INCREF(entry); Py_XSETREF(l->half_entry, entry);
-    Py_INCREF(topic); Py_XSETREF(l->half_topic, topic);
+    if (!PyArg_ParseTuple(args, "UO!", &topic, &PyTuple_Type, &entry) || check_entry(entry)) return NULL;
+    set_target(&l->half_topic, &l->half_entry, topic, entry);
     Py_RETURN_NONE;
 }
 
