@@ -96,6 +96,7 @@ class Broker:
         send = SendProcessor(self)
         self.transactions = TransactionProcessor(self)
         self.send_lane = send.lane
+        self.send_admission = send.admission
         self.dispatcher.lane = self.fast_dispatcher.lane = send.lane
         self.dispatcher.guard = self.fast_dispatcher.guard = self.acl
         for proc in (send, self.transactions, self.pull, OffsetProcessor(self), ClientProcessor(self),

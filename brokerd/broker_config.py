@@ -43,6 +43,11 @@ class BrokerConfig:
     flush_disk_type: str = "ASYNC_FLUSH"
     flush_interval_commit_log: int = 500
     sync_flush_timeout: int = 5000
+    # overload shedding (RocketMQ's BrokerFastFailure): a send is answered SYSTEM_BUSY at once instead of queueing
+    broker_fast_failure_enable: bool = True
+    wait_time_mills_in_send_queue: int = 200  # the oldest unanswered send waited longer: refuse new ones
+    send_thread_pool_queue_capacity: int = 10_000  # unanswered sends of the broker: refuse beyond
+    os_page_cache_busy_time_out_mills: int = 1000  # a put that held the store longer: the page cache is busy
     mapped_file_size_commit_log: int = 1024 * 1024 * 1024
     mapped_file_size_consume_queue: int = 300_000 * 20
     file_reserved_time: int = 72  # hours
@@ -176,7 +181,10 @@ class BrokerConfig:
                          ("slaveSyncMetadataInterval", self.slave_sync_metadata_interval),
                          ("metadataOffsetFlushInterval", self.metadata_offset_flush_interval),
                          ("metadataOffsetFlushCommits", self.metadata_offset_flush_commits),
-                         ("metadataSnapshotInterval", self.metadata_snapshot_interval)):
+                         ("metadataSnapshotInterval", self.metadata_snapshot_interval),
+                         ("waitTimeMillsInSendQueue", self.wait_time_mills_in_send_queue),
+                         ("sendThreadPoolQueueCapacity", self.send_thread_pool_queue_capacity),
+                         ("osPageCacheBusyTimeOutMills", self.os_page_cache_busy_time_out_mills)):
             if val <= 0:
                 raise ConfigError(f"{key}: must be > 0, got {val}")
         for key, r in (("diskSpaceWarningLevelRatio", self.disk_space_warning_level_ratio),

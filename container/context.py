@@ -45,6 +45,25 @@ class LaneCounter(Protocol):
         """ACL on: sends the lane left to the Python path, by reason."""
         ...
 
+    @property
+    def fallbacks(self) -> Mapping[str, int]:
+        """Sends the Python processor took, by reason."""
+        ...
+
+
+class RefusalCounter(Protocol):
+    """Overload shedding (brokerd/processors/admission.py), as far as `/metrics` counts it."""
+
+    @property
+    def refused(self) -> Mapping[str, int]:
+        """Sends answered SYSTEM_BUSY, by reason."""
+        ...
+
+    @property
+    def pending(self) -> int:
+        """Stored sends not answered yet."""
+        ...
+
 
 class HostedStore(Protocol):
     """What the container reads and sets on a hosted broker's message store."""
@@ -91,6 +110,9 @@ class HostedBroker(Protocol):
     def acl_denied(self) -> int:
         """Requests refused NO_PERMISSION by the ACL check (0 with ACL off)."""
         ...
+
+    @property
+    def send_admission(self) -> RefusalCounter: ...
 
     @property
     def store(self) -> HostedStore: ...

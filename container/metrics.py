@@ -19,6 +19,8 @@ COUNTERS: tuple[tuple[str, str, str, Callable[[HostedBroker], int]], ...] = (
      "ACL on: sends the C lane left to the Python path (unsigned, bad signature, account not yet admitted)",
      lambda b: sum(b.send_lane.acl_misses().values()) if b.send_lane is not None else 0),
     ("rocketmq_acl_denied_total", "counter", "Requests refused NO_PERMISSION by the ACL check", lambda b: b.acl_denied),
+    ("rocketmq_send_queue_size", "gauge", "Stored sends waiting for their answer (flush, replicas)",
+     lambda b: b.send_admission.pending),
     ("rocketmq_bytes_out_total", "counter", "Bytes returned to consumers", lambda b: b.stats.bytes_out),
     ("rocketmq_errors_total", "counter", "Failed requests", lambda b: b.stats.errors),
     ("rocketmq_disk_usage_bytes", "gauge", "Commit log + consume queue + index bytes",
@@ -64,6 +66,18 @@ def render(container: BrokerDirectory) -> str:
         for sid, s in sorted(st.get("slaves", {}).items()):
             lag = max(0, int(st["maxOffset"]) - int(s["ack"]))
             lines.append(f'rocketmq_ha_slave_lag_bytes{{broker="{escape_label(ident)}",slave="{escape_label(sid)}"}} {lag}')
+    lines.append("# HELP rocketmq_send_refused_total Sends answered SYSTEM_BUSY at once (overload shedding), by reason")
+    lines.append("# TYPE rocketmq_send_refused_total counter")
+    for ident, slot in slots:
+        for reason, n in sorted(slot.broker.send_admission.refused.items()):
+            lines.append(f'rocketmq_send_refused_total{{broker="{escape_label(ident)}",reason="{reason}"}} {n}')
+    lines.append("# HELP rocketmq_send_lane_fallbacks_total Sends the Python processor took while the C send lane"
+                 " exists, by why the lane left them")
+    lines.append("# TYPE rocketmq_send_lane_fallbacks_total counter")
+    for ident, slot in slots:
+        lane = slot.broker.send_lane
+        for reason, n in sorted(lane.fallbacks.items()) if lane is not None else ():
+            lines.append(f'rocketmq_send_lane_fallbacks_total{{broker="{escape_label(ident)}",reason="{reason}"}} {n}')
     lines.append("# HELP rocketmq_container_brokers Brokers hosted by this container")
     lines.append("# TYPE rocketmq_container_brokers gauge")
     lines.append(f"rocketmq_container_brokers {len(slots)}")

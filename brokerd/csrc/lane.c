@@ -5,12 +5,14 @@
 static int Lane_traverse(Lane *l, visitproc visit, void *arg) {
     Py_VISIT(l->topics); Py_VISIT(l->next_qoff); Py_VISIT(l->listeners); Py_VISIT(l->index_put); Py_VISIT(l->error); Py_VISIT(l->write_error); Py_VISIT(l->last_entry); Py_VISIT(l->last_topic_obj);
     Py_VISIT(l->acl); Py_VISIT(l->acl_key);
+    Py_VISIT(l->delay_entry); Py_VISIT(l->delay_topic); Py_VISIT(l->half_entry); Py_VISIT(l->half_topic);
     return 0;
 }
 
 static int Lane_clear(Lane *l) {
     Py_CLEAR(l->topics); Py_CLEAR(l->next_qoff); Py_CLEAR(l->listeners); Py_CLEAR(l->index_put); Py_CLEAR(l->error); Py_CLEAR(l->write_error);
     Py_CLEAR(l->acl); Py_CLEAR(l->acl_key);
+    Py_CLEAR(l->delay_entry); Py_CLEAR(l->delay_topic); Py_CLEAR(l->half_entry); Py_CLEAR(l->half_topic);
     lane_clear_cache(l);
     return 0;
 }
@@ -33,20 +35,22 @@ static int copy_utf8(PyObject *s, char *dst, Py_ssize_t cap, Py_ssize_t *n, cons
 }
 
 /* Lane(next_qoff, listeners, index_put, cluster, id_prefix, region, trace_on, store_ip, store_port,
- *      max_body, segment_size) */
+ *      max_body, segment_size, uniq_prefix) */
 static int Lane_init(Lane *l, PyObject *args, PyObject *kw) {
-    PyObject *next_qoff, *listeners, *index_put, *cluster, *id_prefix, *region, *store_ip;
+    PyObject *next_qoff, *listeners, *index_put, *cluster, *id_prefix, *region, *store_ip, *uniq_prefix;
     int trace_on, store_port;
     long long max_body, segment_size;
-    if (!PyArg_ParseTuple(args, "O!O!OUUUpSiLL", &PyDict_Type, &next_qoff, &PyList_Type, &listeners, &index_put,
+    if (!PyArg_ParseTuple(args, "O!O!OUUUpSiLLU", &PyDict_Type, &next_qoff, &PyList_Type, &listeners, &index_put,
                           &cluster, &id_prefix, &region, &trace_on, &store_ip, &store_port, &max_body,
-                          &segment_size))
+                          &segment_size, &uniq_prefix))
         return -1;
     if (PyBytes_GET_SIZE(store_ip) != 4) { PyErr_SetString(PyExc_ValueError, "store_ip must be 4 bytes"); return -1; }
     Py_ssize_t n;
     if (copy_utf8(cluster, l->cluster, 200, &l->cluster_n, "cluster name")) return -1;
     if (copy_utf8(id_prefix, l->id_prefix, 16, &n, "id prefix")) return -1;
     if (n != 16) { PyErr_SetString(PyExc_ValueError, "id prefix must be 16 characters"); return -1; }
+    if (copy_utf8(uniq_prefix, l->uniq_prefix, 20, &n, "uniq prefix")) return -1;
+    if (n != 20) { PyErr_SetString(PyExc_ValueError, "uniq prefix must be 20 characters"); return -1; }
     Py_ssize_t rn;
     const char *r = PyUnicode_AsUTF8AndSize(region, &rn);
     if (r == NULL) return -1;
@@ -70,21 +74,60 @@ static int Lane_init(Lane *l, PyObject *args, PyObject *kw) {
     return 0;
 }
 
+/* A topic's lane entry: (prefix, magic, write_qnums, read_qnums, qkeys, cq_puts); 0 ok, -1 TypeError. */
+static int check_entry(PyObject *entry) {
+    if (PyTuple_GET_SIZE(entry) == 6 && PyBytes_Check(PyTuple_GET_ITEM(entry, 0)) &&
+        PyTuple_Check(PyTuple_GET_ITEM(entry, 4)) && PyTuple_Check(PyTuple_GET_ITEM(entry, 5)))
+        return 0;
+    PyErr_SetString(PyExc_TypeError, "entry must be (prefix, magic, write_qnums, read_qnums, qkeys, cq_puts)");
+    return -1;
+}
+
 static PyObject *Lane_add_topic(Lane *l, PyObject *args) {
     PyObject *topic, *entry;
-    if (!PyArg_ParseTuple(args, "UO!", &topic, &PyTuple_Type, &entry)) return NULL;
-    if (PyTuple_GET_SIZE(entry) != 6 || !PyBytes_Check(PyTuple_GET_ITEM(entry, 0)) ||
-        !PyTuple_Check(PyTuple_GET_ITEM(entry, 4)) || !PyTuple_Check(PyTuple_GET_ITEM(entry, 5))) {
-        PyErr_SetString(PyExc_TypeError, "entry must be (prefix, magic, write_qnums, read_qnums, qkeys, cq_puts)");
-        return NULL;
-    }
+    if (!PyArg_ParseTuple(args, "UO!", &topic, &PyTuple_Type, &entry) || check_entry(entry)) return NULL;
     if (PyDict_SetItem(l->topics, topic, entry) < 0) return NULL;
     lane_clear_cache(l);
     Py_RETURN_NONE;
 }
 
+/* A re-targeted send's topic and entry into *topic_slot / *entry_slot. */
+static void set_target(PyObject **topic_slot, PyObject **entry_slot, PyObject *topic, PyObject *entry) {
+    Py_INCREF(entry); Py_XSETREF(*entry_slot, entry);
+    Py_INCREF(topic); Py_XSETREF(*topic_slot, topic);
+}
+
+/* set_delay(topic, entry, levels_ms): delayed sends are stored in `topic` (an entry as add_topic's) */
+static PyObject *Lane_set_delay(Lane *l, PyObject *args) {
+    PyObject *topic, *entry, *levels;
+    if (!PyArg_ParseTuple(args, "UO!O!", &topic, &PyTuple_Type, &entry, &PyTuple_Type, &levels) || check_entry(entry))
+        return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(levels);
+    if (n < 1 || n > MAX_LEVELS) {
+        PyErr_SetString(PyExc_ValueError, "levels must be 1..64 delays");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        l->delay_ms[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(levels, i));
+        if (PyErr_Occurred()) return NULL;
+    }
+    l->n_levels = (int)n;
+    set_target(&l->delay_topic, &l->delay_entry, topic, entry);
+    Py_RETURN_NONE;
+}
+
+/* set_half(topic, entry): prepared transactional sends are stored in `topic` (an entry as add_topic's) */
+static PyObject *Lane_set_half(Lane *l, PyObject *args) {
+    PyObject *topic, *entry;
+    if (!PyArg_ParseTuple(args, "UO!", &topic, &PyTuple_Type, &entry) || check_entry(entry)) return NULL;
+    set_target(&l->half_topic, &l->half_entry, topic, entry);
+    Py_RETURN_NONE;
+}
+
 static PyObject *Lane_clear_topics(Lane *l, PyObject *unused) {
     PyDict_Clear(l->topics);
+    Py_CLEAR(l->delay_entry);
+    Py_CLEAR(l->half_entry);
     lane_clear_cache(l);
     Py_RETURN_NONE;
 }
@@ -119,7 +162,7 @@ static PyObject *Lane_take_error(Lane *l, PyObject *unused) { return take(&l->er
 
 static PyObject *Lane_take_write_error(Lane *l, PyObject *unused) { return take(&l->write_error); }
 
-/* run(buf, pos, fd, base, wrote, limit, born_ip, born_port, out, max_frame, notes) -> (pos, stop)
+/* run(buf, pos, fd, base, wrote, limit, born_ip, born_port, out, max_frame, notes[, busy]) -> (pos, stop)
  * Handles consecutive common-case sends from buf[pos:], writing their records at position `wrote` of the
  * segment file `fd` (starting at log offset `base`; records must end by `limit`; written with pwrite, not
  * through the mapping: see lane_write) and appending their response frames to `out`. Stops at the first
@@ -128,11 +171,18 @@ static PyObject *Lane_take_write_error(Lane *l, PyObject *unused) { return take(
  * the end of the complete frames (0). Staged records are written before it returns, also when it raises.
  * Results: .wrote .msgs .bytes .last_ts .dispatched_end; `notes` gets {(topic, qid): (last queue offset, its
  * tags code)} for the dispatch listeners, which the caller runs once the store's positions are settled (a
- * listener may read the new message at once). */
+ * listener may read the new message at once). With `busy` (a str), the run stores nothing: every send is
+ * answered SYSTEM_BUSY with that remark (overload; .refused counts them). */
 static PyObject *Lane_run(Lane *l, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 11 || !PyDict_Check(args[10])) {
-        PyErr_SetString(PyExc_TypeError, "run takes 11 arguments, the last a dict");
+    if (nargs < 11 || nargs > 12 || !PyDict_Check(args[10])) {
+        PyErr_SetString(PyExc_TypeError, "run takes 11 or 12 arguments, the 11th a dict");
         return NULL;
+    }
+    l->busy = NULL;
+    l->refused = 0;
+    if (nargs == 12 && args[11] != Py_None) {
+        l->busy = PyUnicode_AsUTF8AndSize(args[11], &l->busy_n);  /* the str outlives the run */
+        if (l->busy == NULL) return NULL;
     }
     Py_ssize_t pos = PyLong_AsSsize_t(args[1]), max_frame = PyLong_AsSsize_t(args[9]);
     long fd = PyLong_AsLong(args[2]);
@@ -146,6 +196,7 @@ static PyObject *Lane_run(Lane *l, PyObject *const *args, Py_ssize_t nargs) {
     }
     Py_buffer in;
     if (PyObject_GetBuffer(args[0], &in, PyBUF_SIMPLE) < 0) return NULL;
+    l->why = WHY_NONE;
     l->wrote = wrote; l->msgs = 0; l->bytes = 0; l->last_ts = 0; l->dispatched_end = -1; l->pos = pos;
     l->fd = (int)fd; l->base = base;
     l->stage_n = 0; l->stage_at = wrote; l->stage_out = PyList_GET_SIZE(args[8]); l->stage_msgs = l->stage_bytes = 0;
@@ -175,6 +226,7 @@ static PyObject *Lane_run(Lane *l, PyObject *const *args, Py_ssize_t nargs) {
     if (lane_write(l, args[8])) stop = STOP_WRITE_FAILED;
     res = Py_BuildValue("(ni)", pos, stop);
 done:
+    l->busy = NULL;
     PyBuffer_Release(&in);
     return res;
 }
@@ -196,6 +248,8 @@ static PyObject *Lane_get(Lane *l, void *which) {
         case 3: return PyLong_FromLongLong(l->last_ts);
         case 4: return PyLong_FromLongLong(l->dispatched_end);
         case 6: return PyLong_FromSsize_t(l->pos);
+        case 7: return PyLong_FromLong(l->why);
+        case 8: return PyLong_FromLongLong(l->refused);
         default: return PyLong_FromSsize_t(PyDict_GET_SIZE(l->topics));
     }
 }
@@ -208,6 +262,9 @@ static PyGetSetDef Lane_getset[] = {
     {"dispatched_end", (getter)Lane_get, NULL, "end of the last dispatched record of the last run (-1: none)", (void *)4},
     {"topic_count", (getter)Lane_get, NULL, "topics the lane handles", (void *)5},
     {"pos", (getter)Lane_get, NULL, "buffer position after the last frame the last run handled", (void *)6},
+    {"why", (getter)Lane_get, NULL, "why the last run left the frame it stopped at to Python (an index into "
+     "send_lane.FALLBACK_REASONS)", (void *)7},
+    {"refused", (getter)Lane_get, NULL, "sends the last run answered SYSTEM_BUSY (run with busy)", (void *)8},
     {"sync", (getter)Lane_get_sync, (setter)Lane_set_sync, "SYNC_FLUSH: WAIT=false sends go to Python", NULL},
     {NULL},
 };
@@ -215,9 +272,11 @@ static PyGetSetDef Lane_getset[] = {
 static PyMethodDef Lane_methods[] = {
     {"run", (PyCFunction)(void (*)(void))Lane_run, METH_FASTCALL, "process common-case sends"},
     {"add_topic", (PyCFunction)Lane_add_topic, METH_VARARGS, "add_topic(topic, entry)"},
-    {"clear_topics", (PyCFunction)Lane_clear_topics, METH_NOARGS, "forget every topic"},
+    {"clear_topics", (PyCFunction)Lane_clear_topics, METH_NOARGS, "forget every topic (and the delay topic)"},
     {"set_acl", (PyCFunction)Lane_set_acl, METH_O, "set_acl(table): ACL on (None: off)"},
     {"acl_misses", (PyCFunction)Lane_acl_misses, METH_NOARGS, "ACL sends left to Python, by reason"},
+    {"set_delay", (PyCFunction)Lane_set_delay, METH_VARARGS, "set_delay(schedule_topic, entry, levels_ms)"},
+    {"set_half", (PyCFunction)Lane_set_half, METH_VARARGS, "set_half(half_topic, entry)"},
     {"take_error", (PyCFunction)Lane_take_error, METH_NOARGS, "the dispatch exception of the last run, or None"},
     {"take_write_error", (PyCFunction)Lane_take_write_error, METH_NOARGS,
      "the OSError of the last run's failed segment write, or None"},

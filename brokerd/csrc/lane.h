@@ -9,6 +9,7 @@
 #define MAX_PROPS 32767
 #define SCRATCH (64 * 1024)
 #define STAGE_MAX (1 << 20)  /* staged record bytes written at once (a larger record is staged alone) */
+#define MAX_LEVELS 64
 
 typedef struct {
     PyObject_HEAD
@@ -18,6 +19,15 @@ typedef struct {
     PyObject *index_put;    /* callable (topic, keys, phys, ts) or None */
     char cluster[256]; Py_ssize_t cluster_n;
     char id_prefix[16];
+    char uniq_prefix[20];   /* UNIQ_KEYs the lane generates: this prefix + ms since month start + counter */
+    char gen_uniq[32];      /* the UNIQ_KEY generated for the current send */
+    int why;                /* why the last frame the lane stopped at is left to Python (a WHY_* value) */
+    const char *busy; Py_ssize_t busy_n;  /* overload: every send of this run is refused with this remark */
+    long long refused;      /* sends the last run refused */
+    /* delay levels: the schedule topic's lane entry (as in `topics`) and name, the delay of each level (ms) */
+    PyObject *delay_entry, *delay_topic;
+    PyObject *half_entry, *half_topic;  /* transactional half messages: RMQ_SYS_TRANS_HALF_TOPIC's entry and name */
+    long long delay_ms[MAX_LEVELS]; int n_levels;
     char region[256]; Py_ssize_t region_n;  /* JSON-encoded value, quotes included */
     int trace_on;
     int sync;               /* SYNC_FLUSH store: a WAIT=false message is answered before the flush (Python) */
@@ -52,8 +62,14 @@ typedef struct {
 typedef struct {
     Hdr h;
     long long qid, sys_flag, born_ts, flag, reconsume;
-    PyObject *entry;     /* borrowed: the topic's lane entry */
-    Prop ps[MAX_PROPS_N];
+    PyObject *entry;     /* borrowed: the lane entry of the topic stored under (the schedule topic's when delayed) */
+    PyObject *topic_obj; /* borrowed: that topic's name (the key index's topic) */
+    const char *topic_p; Py_ssize_t topic_n;  /* the request's topic (UTF-8, unescaped) */
+    long long answer_qid; /* the queue id the answer names (the request's, also when delayed) */
+    int level;           /* delay level (> 0: stored in the schedule topic's queue level - 1) */
+    int batch;           /* a batch request (its body holds the messages) */
+    int half;            /* a transactional (prepared) send: stored as a half message */
+    Prop ps[MAX_PROPS_N + 1];  /* + a generated UNIQ_KEY */
     int np;
     const Prop *uniq, *tags, *keys;
     Py_ssize_t pn;       /* length of the stored properties in Lane.props */
@@ -61,6 +77,10 @@ typedef struct {
     Py_ssize_t blen;
     long long size;      /* the stored record */
 } Send;
+
+/* Why a frame is left to Python (Lane.why; names in brokerd/processors/send_lane.py FALLBACK_REASONS, same order). */
+enum { WHY_NONE, WHY_HEADER, WHY_NOT_SEND, WHY_ONEWAY, WHY_BATCH, WHY_FIELDS, WHY_TRANSACTION, WHY_TOPIC, WHY_QUEUE,
+       WHY_PROPERTIES, WHY_DELAY, WHY_WAIT_FALSE, WHY_SIZE, WHY_ACL };
 
 enum { STOP_END = 0, STOP_FRAME = 1, STOP_ROLL = 2, STOP_ERROR = 3, STOP_WRITE_FAILED = 4 };
 

@@ -1,10 +1,12 @@
-/* One common-case SEND_MESSAGE (10) / SEND_MESSAGE_V2 (310): from frame bytes to the stored record, the queue
+/* One common-case SEND_MESSAGE (10) / SEND_MESSAGE_V2 (310) / batch (320 or batch=true; a record per message):
+ * from frame bytes to the stored record, the queue
  * offset, the consume-queue and index puts and the answer frame. Every check the Python send processor makes
  * either passes here or hands the frame to it (return 0), so both paths store and answer the same. */
 #include "lane.h"
 
 #include <errno.h>
 #include <strings.h>
+#include <time.h>
 #include <unistd.h>
 
 /* The one-entry topic cache (Lane.last_*): dropped when the topic table changes (lane.c) or misses (here). */
@@ -14,7 +16,8 @@ void lane_clear_cache(Lane *l) {
     l->last_topic_n = -1;
 }
 
-#define F(h, short_name, long_name) ((h)->code == 310 ? (short_name) : (long_name))
+#define V2(h) ((h)->code != 10)  /* 310 and 320 name their fields a..m, 10 in full */
+#define F(h, short_name, long_name) (V2(h) ? (short_name) : (long_name))
 
 /* The batch field as the Python processor reads it (value.lower() in ("true", "1"); C++ clients send "0"); an
  * escaped string counts as a batch, so Python decides. */
@@ -26,31 +29,38 @@ static int is_batch(const Ext *e) {
     return (e->s.n == 1 && e->s.p[0] == '1') || (e->s.n == 4 && strncasecmp(e->s.p, "true", 4) == 0);
 }
 
-/* The numeric and flag fields; 1 ok, 0 Python. */
+/* The numeric and flag fields; 0 ok, else why Python takes the send (WHY_*). */
 static int send_fields(Send *s) {
     const Hdr *h = &s->h;
-    int v2 = h->code == 310;
+    int v2 = V2(h);
     const Ext *be = find_ext(h, F(h, "m", "batch"), v2 ? 1 : 5);
-    if (be != NULL && is_batch(be)) return 0;  /* batches: Python */
+    int absent = be == NULL || be->kind == V_NULL || (be->kind == V_STR && be->s.n == 0);
+    if (!absent && be->kind == V_STR && be->s.esc) return WHY_BATCH;
+    s->batch = absent ? h->code == 320 : is_batch(be);  /* as parse_send_header reads it */
     long long unused;
     if (ext_int(h, F(h, "e", "queueId"), -1, &s->qid) || ext_int(h, F(h, "f", "sysFlag"), 0, &s->sys_flag) ||
         ext_int(h, F(h, "g", "bornTimestamp"), 0, &s->born_ts) || ext_int(h, F(h, "h", "flag"), 0, &s->flag) ||
         ext_int(h, F(h, "j", "reconsumeTimes"), 0, &s->reconsume) ||
         ext_int(h, F(h, "d", "defaultTopicQueueNums"), 4, &unused))
-        return 0;
-    if (s->sys_flag & 0xC || s->sys_flag < INT32_MIN || s->sys_flag > INT32_MAX || s->flag < INT32_MIN ||
+        return WHY_FIELDS;
+    s->half = (s->sys_flag & 0xC) != 0;  /* prepared: a half message (build_props checks TRAN_MSG) */
+    if ((s->sys_flag & 0xC) != 0 && ((s->sys_flag & 0xC) != 0x4 || s->batch)) return WHY_TRANSACTION;
+    if (s->sys_flag < INT32_MIN || s->sys_flag > INT32_MAX || s->flag < INT32_MIN ||
         s->flag > INT32_MAX || s->reconsume < INT32_MIN || s->reconsume > INT32_MAX)
-        return 0;  /* transactional flags, out-of-range numbers: Python */
-    return 1;
+        return WHY_FIELDS;  /* out-of-range numbers: Python */
+    return 0;
 }
 
 /* The lane entry of the send's topic (a one-entry cache in front of the topics dict); 1 ok, 0 Python, -1. */
 static int topic_entry(Lane *l, Send *s) {
     const Hdr *h = &s->h;
-    const Ext *te = find_ext(h, F(h, "b", "topic"), h->code == 310 ? 1 : 5);
+    const Ext *te = find_ext(h, F(h, "b", "topic"), V2(h) ? 1 : 5);
     if (te == NULL || te->kind != V_STR || te->s.esc || te->s.n == 0 || te->s.n > 255) return 0;
+    s->topic_p = te->s.p;
+    s->topic_n = te->s.n;
     if (l->last_topic_n == te->s.n && memcmp(l->last_topic, te->s.p, te->s.n) == 0) {
         s->entry = l->last_entry;
+        s->topic_obj = l->last_topic_obj;
         return 1;
     }
     PyObject *t = PyUnicode_DecodeUTF8(te->s.p, te->s.n, NULL);
@@ -63,10 +73,12 @@ static int topic_entry(Lane *l, Send *s) {
     l->last_entry = Py_NewRef(entry);
     l->last_topic_obj = t;
     s->entry = entry;
+    s->topic_obj = t;
     return 1;
 }
 
-/* A queue id the topic has and whose consume queue the lane holds (-1: a random write queue); 1 ok, 0 Python. */
+/* A queue id the topic has (-1: a random write queue); 1 ok, 0 Python. Its consume queue is checked once the
+ * send is known not to be delayed (queue_ready). */
 static int choose_queue(Lane *l, Send *s) {
     long wq = PyLong_AsLong(PyTuple_GET_ITEM(s->entry, 2)), rq = PyLong_AsLong(PyTuple_GET_ITEM(s->entry, 3));
     PyObject *qkeys = PyTuple_GET_ITEM(s->entry, 4), *cq_puts = PyTuple_GET_ITEM(s->entry, 5);
@@ -76,69 +88,168 @@ static int choose_queue(Lane *l, Send *s) {
         l->rng ^= l->rng << 13; l->rng ^= l->rng >> 7; l->rng ^= l->rng << 17;
         s->qid = (long long)(l->rng % (uint64_t)wq);
     }
-    if (s->qid >= (wq > rq ? wq : rq) || s->qid >= PyTuple_GET_SIZE(qkeys) || s->qid >= PyTuple_GET_SIZE(cq_puts) ||
-        PyTuple_GET_ITEM(cq_puts, s->qid) == Py_None)  /* no consume queue yet: Python creates it */
+    if (s->qid >= (wq > rq ? wq : rq) || s->qid >= PyTuple_GET_SIZE(qkeys) || s->qid >= PyTuple_GET_SIZE(cq_puts))
         return 0;
+    s->answer_qid = s->qid;
     return 1;
 }
 
+/* A new UNIQ_KEY into l->gen_uniq, as brokerd.message.new_uniq_id makes one: the prefix, then the ms since the
+ * start of the local month (int32) and a counter (uint16), upper-case hex. The counter and the month are
+ * process-wide (every lane of the container), the prefix differs from the Python generator's. */
+static void new_uniq(Lane *l) {
+    static const char HX[] = "0123456789ABCDEF";
+    static long long month_start = 0, next_month = 0;
+    static unsigned counter = 0;
+    long long now = now_ms();
+    if (now >= next_month) {
+        time_t t = (time_t)(now / 1000);
+        struct tm tm;
+        localtime_r(&t, &tm);
+        tm.tm_mday = 1; tm.tm_hour = tm.tm_min = tm.tm_sec = 0; tm.tm_isdst = -1;
+        struct tm nx = tm;
+        month_start = (long long)mktime(&tm) * 1000;
+        nx.tm_mon += 1; nx.tm_isdst = -1;
+        next_month = (long long)mktime(&nx) * 1000;
+    }
+    counter = (counter + 1) & 0xFFFF;
+    uint64_t tail = (uint64_t)((now - month_start) & 0x7FFFFFFF) << 16 | counter;
+    memcpy(l->gen_uniq, l->uniq_prefix, 20);
+    for (int i = 11; i >= 0; i--, tail >>= 4) l->gen_uniq[20 + i] = HX[tail & 15];
+}
+
+/* The delay level of a DELAY property as ScheduleService.apply_delay reads it (plain digits only; anything else
+ * is left to Python): 0 ok (s->level > 0: delayed, clamped to the levels), else WHY_*. */
+static int delay_level(Lane *l, Send *s, const Prop *d) {
+    s->level = 0;
+    if (d == NULL) return 0;
+    if (d->vn > 9) return WHY_DELAY;
+    long long v = 0;
+    for (Py_ssize_t i = 0; i < d->vn; i++) {
+        if (d->v[i] < '0' || d->v[i] > '9') return WHY_DELAY;
+        v = v * 10 + (d->v[i] - '0');
+    }
+    if (v == 0) return 0;  /* level 0: a plain message */
+    if (l->delay_entry == NULL) return WHY_DELAY;  /* the schedule topic is not admitted yet */
+    s->level = (int)(v < l->n_levels ? v : l->n_levels);
+    PyObject *cq_puts = PyTuple_GET_ITEM(l->delay_entry, 5);
+    if (s->level > PyTuple_GET_SIZE(cq_puts) || s->level > PyTuple_GET_SIZE(PyTuple_GET_ITEM(l->delay_entry, 4)) ||
+        PyTuple_GET_ITEM(cq_puts, s->level - 1) == Py_None)
+        return WHY_DELAY;  /* the level's queue does not exist yet: Python creates it */
+    return 0;
+}
+
+static int build_props(Lane *l, Send *s, const char *raw, Py_ssize_t n, int delay, int wait_check);
+
 /* The properties (unescaped into l->scratch, parsed into s->ps) and the stored form (l->props: the pairs in
- * order, CLUSTER set); 1 ok, 0 Python. */
+ * order, a generated UNIQ_KEY after them when there was none, CLUSTER set); 0 ok, else WHY_*. */
 static int send_props(Lane *l, Send *s) {
     const Hdr *h = &s->h;
-    const Ext *pe = find_ext(h, F(h, "i", "properties"), h->code == 310 ? 1 : 10);
+    const Ext *pe = find_ext(h, F(h, "i", "properties"), V2(h) ? 1 : 10);
     Py_ssize_t sn = 0;
     if (pe != NULL && pe->kind == V_STR) {
-        if (pe->s.n > SCRATCH || (sn = unescape(&pe->s, l->scratch)) < 0) return 0;
-    } else if (pe != NULL && pe->kind != V_NULL) return 0;
-    s->np = parse_props(l->scratch, sn, s->ps);
-    if (s->np < 0 || prop(s->ps, s->np, "DELAY", 5) != NULL) return 0;  /* delay levels: Python */
-    s->uniq = prop(s->ps, s->np, "UNIQ_KEY", 8);
-    if (s->uniq == NULL) return 0;  /* Python assigns one */
+        if (pe->s.n > SCRATCH || (sn = unescape(&pe->s, l->scratch)) < 0) return WHY_PROPERTIES;
+    } else if (pe != NULL && pe->kind != V_NULL) return WHY_PROPERTIES;
+    return build_props(l, s, l->scratch, sn, 1, 1);
+}
+
+/* Properties `raw` parsed into s->ps and stored into l->props (with `delay`: a DELAY level re-targets the send;
+ * with `wait`: a WAIT=false send on a SYNC_FLUSH store is left to Python); 0 ok, else WHY_*. */
+static int build_props(Lane *l, Send *s, const char *raw, Py_ssize_t n, int delay, int wait_check) {
+    s->np = parse_props(raw, n, s->ps);
+    if (s->np < 0) return WHY_PROPERTIES;
+    s->level = 0;
+    if (s->half) {  /* as is_half_request: TRAN_MSG=true on a single send; no delay for it (apply_delay) */
+        const Prop *tm = prop(s->ps, s->np, "TRAN_MSG", 8);
+        if (!delay || tm == NULL || tm->vn != 4 || memcmp(tm->v, "true", 4) != 0 || l->half_entry == NULL)
+            return WHY_TRANSACTION;
+    }
+    int why = delay && !s->half ? delay_level(l, s, prop(s->ps, s->np, "DELAY", 5)) : 0;
+    if (why) return why;
     const Prop *wait = prop(s->ps, s->np, "WAIT", 4);
-    if (l->sync && wait != NULL && wait->vn == 5 && memcmp(wait->v, "false", 5) == 0) return 0;
+    if (wait_check && l->sync && wait != NULL && wait->vn == 5 && memcmp(wait->v, "false", 5) == 0)
+        return WHY_WAIT_FALSE;
+    s->uniq = prop(s->ps, s->np, "UNIQ_KEY", 8);
+    if (s->uniq == NULL) {  /* as the Python processor: a new one, after the others */
+        new_uniq(l);
+        s->ps[s->np] = (Prop){"UNIQ_KEY", 8, l->gen_uniq, 32};
+        s->uniq = &s->ps[s->np++];
+    }
     s->tags = prop(s->ps, s->np, "TAGS", 4);
     s->keys = prop(s->ps, s->np, "KEYS", 4);
+    /* the stored properties: the request's in order (CLUSTER set; when delayed DELAY = the level, REAL_TOPIC and
+     * REAL_QID set; a half message's REAL_TOPIC and REAL_QID set), then those of CLUSTER, REAL_TOPIC, REAL_QID that were not there, in that order (as the Python
+     * processor inserts them into its dict) */
+    char qid[24], lv[24];
+    Prop set[4] = {{"CLUSTER", 7, l->cluster, l->cluster_n}, {"REAL_TOPIC", 10, s->topic_p, s->topic_n},
+                   {"REAL_QID", 8, qid, snprintf(qid, sizeof qid, "%lld", s->answer_qid)},
+                   {"DELAY", 5, lv, snprintf(lv, sizeof lv, "%d", s->level)}};
+    int nset = s->level > 0 ? 4 : s->half ? 3 : 1, seen[4] = {0, 0, 0, 0};
     unsigned char *pp = (unsigned char *)l->props;
     Py_ssize_t pn = 0;
-    int have_cluster = 0;
-    for (int i = 0; i <= s->np; i++) {
-        const char *k = "CLUSTER", *v = l->cluster;
-        Py_ssize_t kn = 7, vn = l->cluster_n;
-        if (i < s->np) {
-            k = s->ps[i].k; kn = s->ps[i].kn;
-            if (kn == 7 && memcmp(k, "CLUSTER", 7) == 0) have_cluster = 1;
-            else { v = s->ps[i].v; vn = s->ps[i].vn; }
-        } else if (have_cluster) break;
-        if (pn + kn + vn + 2 > MAX_PROPS) return 0;  /* Python answers PROPERTIES_SIZE_EXCEEDED */
-        memcpy(pp + pn, k, kn); pn += kn; pp[pn++] = 1;
+    for (int i = 0; i < s->np + nset; i++) {
+        const Prop *e = i < s->np ? &s->ps[i] : &set[i - s->np];
+        const char *v = e->v;
+        Py_ssize_t vn = e->vn;
+        if (i >= s->np && seen[i - s->np]) continue;
+        for (int j = 0; i < s->np && j < nset; j++)
+            if (e->kn == set[j].kn && memcmp(e->k, set[j].k, e->kn) == 0) { seen[j] = 1; v = set[j].v; vn = set[j].vn; }
+        if (pn + e->kn + vn + 2 > MAX_PROPS) return WHY_SIZE;  /* Python answers PROPERTIES_SIZE_EXCEEDED */
+        memcpy(pp + pn, e->k, e->kn); pn += e->kn; pp[pn++] = 1;
         memcpy(pp + pn, v, vn); pn += vn; pp[pn++] = 2;
     }
     s->pn = pn;
-    return 1;
+    if (s->level > 0) {  /* stored in the schedule topic's queue of the level */
+        s->entry = l->delay_entry;
+        s->topic_obj = l->delay_topic;
+        s->qid = s->level - 1;
+    } else if (s->half) {  /* as to_half: queue 0 of the half topic, no transaction bits */
+        s->entry = l->half_entry;
+        s->topic_obj = l->half_topic;
+        s->qid = 0;
+        s->sys_flag &= ~0xC;
+    }
+    return 0;
 }
 
-/* Parse and check the whole request; 1 ok, 0 Python, -1 a Python exception. */
+#define PYTHON(reason) do { l->why = (reason); return 0; } while (0)
+
+/* Parse and check the whole request; 1 ok, 0 Python (l->why says why), -1 a Python exception. */
 static int parse_send(Lane *l, const unsigned char *b, Py_ssize_t total, Send *s) {
     uint32_t word = (uint32_t)be32(b + 4);
     Py_ssize_t hlen = word & 0xFFFFFF;
     uint32_t stype = word >> 24;  /* 0 JSON, 1 ROCKETMQ binary */
-    if (stype > 1 || 4 + hlen > total) return 0;
+    if (stype > 1 || 4 + hlen > total) PYTHON(WHY_HEADER);
     Hdr *h = &s->h;
     if (stype ? parse_binary_header((const char *)b + 8, hlen, h) : parse_header((const char *)b + 8, hlen, h))
-        return 0;
-    if ((h->code != 310 && h->code != 10) || (h->flag_kind && h->flag != 0) || h->ext_kind != 1) return 0;
-    if (!send_fields(s)) return 0;
+        PYTHON(WHY_HEADER);
+    if (h->code != 310 && h->code != 10 && h->code != 320) PYTHON(WHY_NOT_SEND);
+    if (h->flag_kind && h->flag != 0) PYTHON(WHY_ONEWAY);
+    if (h->ext_kind != 1) PYTHON(WHY_HEADER);
+    int why = send_fields(s);
+    if (why) PYTHON(why);
     int r = topic_entry(l, s);
-    if (r == 1) r = choose_queue(l, s);
+    if (r == 0) PYTHON(WHY_TOPIC);
+    if (r == 1 && (r = choose_queue(l, s)) == 0) PYTHON(WHY_QUEUE);
     if (r != 1) return r;
-    if (!send_props(l, s)) return 0;
     s->body = (const char *)b + 8 + hlen;
     s->blen = total - 4 - hlen;
-    if (s->blen > l->max_body) return 0;  /* Python answers MESSAGE_ILLEGAL */
+    if (l->acl != NULL) {  /* ACL on: the account was admitted for this topic and the signature matches */
+        int a = lane_acl_ok(l, s);
+        if (a == 0) PYTHON(WHY_ACL);
+        if (a < 0) return -1;
+    }
+    if (s->batch) {  /* the header's properties are not used; lane_batch checks each message */
+        s->level = 0;
+        if (PyTuple_GET_ITEM(PyTuple_GET_ITEM(s->entry, 5), s->qid) == Py_None) PYTHON(WHY_QUEUE);
+        return 1;
+    }
+    if ((why = send_props(l, s)) != 0) PYTHON(why);
+    if (PyTuple_GET_ITEM(PyTuple_GET_ITEM(s->entry, 5), s->qid) == Py_None)
+        PYTHON(WHY_QUEUE);  /* no consume queue yet: Python creates it */
+    if (s->blen > l->max_body) PYTHON(WHY_SIZE);  /* Python answers MESSAGE_ILLEGAL */
     s->size = HEADER_V4_SIZE + s->blen + PyBytes_GET_SIZE(PyTuple_GET_ITEM(s->entry, 0)) + 2 + s->pn;
-    if (s->size + 8 > l->segment_size) return 0;
-    if (l->acl != NULL) return lane_acl_ok(l, s);
+    if (s->size + 8 > l->segment_size) PYTHON(WHY_SIZE);
     return 1;
 }
 
@@ -189,15 +300,17 @@ static PyObject *call4(PyObject *fn, PyObject *a, PyObject *b, PyObject *c, PyOb
  * and the store sets its error flag; recovery redoes the dispatch), never raised: the record is stored. */
 static void dispatch(Lane *l, const Send *s, PyObject *qkey, long long qoff, long long phys, long long ts,
                      PyObject *notes) {
-    int32_t tags = s->tags != NULL ? java_hash((const unsigned char *)s->tags->v, s->tags->vn) : 0;
+    /* the tags code; a delayed message's is its delivery time (store time + the level's delay) */
+    long long tags = s->level > 0 ? ts + l->delay_ms[s->level - 1]
+                     : s->tags != NULL ? java_hash((const unsigned char *)s->tags->v, s->tags->vn) : 0;
     PyObject *qo = PyLong_FromLongLong(qoff), *po = PyLong_FromLongLong(phys), *so = PyLong_FromLongLong(s->size),
-             *to = PyLong_FromLong(tags), *tso = PyLong_FromLongLong(ts), *res = NULL;
+             *to = PyLong_FromLongLong(tags), *tso = PyLong_FromLongLong(ts), *res = NULL;
     if (qo && po && so && to && tso) {
         res = call4(PyTuple_GET_ITEM(PyTuple_GET_ITEM(s->entry, 5), s->qid), qo, po, so, to);
         if (res != NULL && l->index_put != Py_None) {
             Py_DECREF(res);
             PyObject *kl = index_keys(s->keys, s->uniq);
-            res = kl ? call4(l->index_put, l->last_topic_obj, kl, po, tso) : NULL;
+            res = kl ? call4(l->index_put, s->topic_obj, kl, po, tso) : NULL;
             Py_XDECREF(kl);
         }
     }
@@ -215,22 +328,27 @@ static void dispatch(Lane *l, const Send *s, PyObject *qkey, long long qoff, lon
     Py_XDECREF(qo); Py_XDECREF(po); Py_XDECREF(so); Py_XDECREF(to); Py_XDECREF(tso);
 }
 
-/* The answer frame, field for field what SendProcessor._answer sends. */
-static PyObject *answer(Lane *l, const Send *s, long long qoff, long long phys) {
+/* The offset message id of the record at `phys` (32 characters at dst). */
+static void offset_id(const Lane *l, long long phys, char *dst) {
     static const char HX[] = "0123456789ABCDEF";
-    char hex[16];
-    for (int i = 15; i >= 0; i--) hex[i] = HX[(phys >> ((15 - i) * 4)) & 15];
+    memcpy(dst, l->id_prefix, 16);
+    for (int i = 15; i >= 0; i--) dst[16 + i] = HX[(phys >> ((15 - i) * 4)) & 15];
+}
+
+/* The answer frame, field for field what SendProcessor._answer sends: msgId `ids` (a batch's joined with
+ * commas), the first queue offset, transactionId `uniq` (a batch's joined). */
+static PyObject *answer(Lane *l, const Send *s, long long qoff, const char *ids, Py_ssize_t ids_n, const char *uniq,
+                        Py_ssize_t uniq_n) {
     Out o;
     out_init(&o);
     int rc = OUT_LIT(&o, "{\"code\":0,\"extFields\":{\"msgId\":\"");
-    rc |= out_raw(&o, l->id_prefix, 16);
-    rc |= out_raw(&o, hex, 16);
+    rc |= out_raw(&o, ids, ids_n);
     rc |= OUT_LIT(&o, "\",\"queueId\":\"");
-    rc |= out_ll(&o, s->qid);
+    rc |= out_ll(&o, s->answer_qid);
     rc |= OUT_LIT(&o, "\",\"queueOffset\":\"");
     rc |= out_ll(&o, qoff);
     rc |= OUT_LIT(&o, "\",\"transactionId\":");
-    rc |= out_jstr(&o, s->uniq->v, s->uniq->vn);
+    rc |= out_jstr(&o, uniq, uniq_n);
     rc |= OUT_LIT(&o, ",\"MSG_REGION\":");
     rc |= out_raw(&o, l->region, l->region_n);
     rc |= l->trace_on ? OUT_LIT(&o, ",\"TRACE_ON\":\"true\"}") : OUT_LIT(&o, ",\"TRACE_ON\":\"false\"}");
@@ -286,11 +404,113 @@ int lane_write(Lane *l, PyObject *out) {
     return -1;
 }
 
+/* Overload: a send refused with SYSTEM_BUSY and l->busy as remark, as SendProcessor.process answers it (a
+ * one-way send gets no answer); 1 taken, 0 Python (not a send, or a header only the Python codec reads). */
+static int refuse(Lane *l, const unsigned char *b, Py_ssize_t total, PyObject *out) {
+    uint32_t word = (uint32_t)be32(b + 4);
+    Py_ssize_t hlen = word & 0xFFFFFF;
+    uint32_t stype = word >> 24;
+    Hdr h;
+    if (stype > 1 || 4 + hlen > total ||
+        (stype ? parse_binary_header((const char *)b + 8, hlen, &h) : parse_header((const char *)b + 8, hlen, &h)))
+        PYTHON(WHY_HEADER);
+    if (h.code != 310 && h.code != 10 && h.code != 320) PYTHON(WHY_NOT_SEND);
+    if (h.flag_kind && h.flag != 0 && h.flag != 2) PYTHON(WHY_HEADER);  /* a response bit: not a request */
+    l->refused++;
+    if (h.flag_kind && h.flag == 2) return 1;
+    Out o;
+    out_init(&o);
+    int rc = OUT_LIT(&o, "{\"code\":2,\"extFields\":{},\"flag\":1,\"language\":\"JAVA\",\"opaque\":");
+    rc |= out_ll(&o, h.opaque_kind ? h.opaque : 0);
+    rc |= OUT_LIT(&o, ",\"serializeTypeCurrentRPC\":\"JSON\",\"version\":479,\"remark\":");
+    rc |= out_jstr(&o, l->busy, l->busy_n);
+    rc |= OUT_LIT(&o, "}");
+    PyObject *fb = rc ? NULL : frame_bytes(&o, 0);
+    out_free(&o);
+    if (fb == NULL || PyList_Append(out, fb) < 0) { Py_XDECREF(fb); return -1; }
+    Py_DECREF(fb);
+    return 1;
+}
+
+/* The next message of a batch body (as brokerd.message.parse_batch_body reads it) at *pos, its properties built
+ * (s->flag, s->body, s->blen, s->pn, s->size set); 0 ok, else WHY_* (Python answers or stores it). */
+static int batch_entry(Lane *l, Send *s, const unsigned char *p, Py_ssize_t n, Py_ssize_t *pos, int first) {
+    Py_ssize_t at = *pos;
+    if (at + 22 > n) return WHY_BATCH;
+    int32_t size = be32(p + at), flag = be32(p + at + 12), blen = be32(p + at + 16);
+    if (size < 22 || size > n - at || blen < 0 || blen > size - 22) return WHY_BATCH;
+    Py_ssize_t bpos = at + 20;
+    int plen = (int16_t)(p[bpos + blen] << 8 | p[bpos + blen + 1]);
+    if (plen < 0 || bpos + blen + 2 + plen != at + size) return WHY_BATCH;
+    const unsigned char *raw = p + bpos + blen + 2;
+    if (!utf8_valid(raw, plen)) return WHY_PROPERTIES;  /* Python decodes it with replacement characters */
+    int why = build_props(l, s, (const char *)raw, plen, 0, first);
+    if (why) return why;
+    s->flag = flag;
+    s->body = (const char *)p + bpos;
+    s->blen = blen;
+    if (s->blen > l->max_body) return WHY_SIZE;  /* Python answers MESSAGE_ILLEGAL for the whole batch */
+    s->size = HEADER_V4_SIZE + s->blen + PyBytes_GET_SIZE(PyTuple_GET_ITEM(s->entry, 0)) + 2 + s->pn;
+    if (s->size + 8 > l->segment_size) return WHY_SIZE;
+    *pos = at + size;
+    return 0;
+}
+
+#define BATCH_PYTHON(reason) do { l->why = (reason); out_free(&ids); out_free(&uniqs); return 0; } while (0)
+
+/* A batch (SEND_BATCH_MESSAGE, or batch=true): every message checked first (all or nothing, as the store's
+ * batch append), then one record each with consecutive queue offsets and one store time, one answer. 1 taken,
+ * 0 Python, 2 the segment is full, 3 a write failed, -1 a Python exception. */
+static int lane_batch(Lane *l, Send *s, long long base, long long limit, const unsigned char *born_ip,
+                      long long born_port, PyObject *out, PyObject *notes) {
+    const unsigned char *p = (const unsigned char *)s->body;
+    Py_ssize_t n = s->blen, pos = 0;
+    long long need = 0;
+    Out ids, uniqs;
+    out_init(&ids); out_init(&uniqs);
+    if (n == 0) BATCH_PYTHON(WHY_BATCH);
+    while (pos < n) {
+        int why = batch_entry(l, s, p, n, &pos, pos == 0);
+        if (why) BATCH_PYTHON(why);
+        need += s->size;
+    }
+    if (l->wrote + need + 8 > limit) { out_free(&ids); out_free(&uniqs); return 2; }
+    PyObject *qkey = PyTuple_GET_ITEM(PyTuple_GET_ITEM(s->entry, 4), s->qid);
+    PyObject *cur = PyDict_GetItemWithError(l->next_qoff, qkey);
+    long long first = cur != NULL ? PyLong_AsLongLong(cur) : 0, qoff = first, ts = now_ms();
+    int r = PyErr_Occurred() ? -1 : 0;
+    for (pos = 0; r == 0 && pos < n; qoff++) {
+        batch_entry(l, s, p, n, &pos, 0);  /* checked above */
+        uint32_t crc;
+        if ((r = stage_room(l, s->size, out)) != 0 || (r = crc_of(s->body, s->blen, &crc)) != 0) break;
+        PyObject *nq = PyLong_FromLongLong(qoff + 1);
+        if (nq == NULL || PyDict_SetItem(l->next_qoff, qkey, nq) < 0) { Py_XDECREF(nq); r = -1; break; }
+        Py_DECREF(nq);
+        long long phys = base + l->wrote;
+        write_record(l, s, l->stage + l->stage_n, qoff, phys, ts, crc, born_ip, born_port);
+        l->stage_n += s->size; l->wrote += s->size; l->msgs++; l->bytes += s->size; l->last_ts = ts;
+        if (l->error == NULL) dispatch(l, s, qkey, qoff, phys, ts, notes);
+        char id[32];
+        offset_id(l, phys, id);
+        if ((ids.n && OUT_LIT(&ids, ",")) || out_raw(&ids, id, 32) || (uniqs.n && OUT_LIT(&uniqs, ",")) ||
+            out_raw(&uniqs, s->uniq->v, s->uniq->vn)) { r = -1; break; }
+    }
+    if (r == 0) {
+        PyObject *fb = answer(l, s, first, ids.p, ids.n, uniqs.p, uniqs.n);
+        if (fb == NULL || PyList_Append(out, fb) < 0) PyErr_Clear();  /* stored: the client times out, retries */
+        Py_XDECREF(fb);
+    }
+    out_free(&ids); out_free(&uniqs);
+    return r == 0 ? 1 : r;
+}
+
 int lane_one(Lane *l, const unsigned char *b, Py_ssize_t total, long long base, long long limit,
              const unsigned char *born_ip, long long born_port, PyObject *out, PyObject *notes) {
+    if (l->busy != NULL) return refuse(l, b, total, out);
     Send s;
     int r = parse_send(l, b, total, &s);
     if (r != 1) return r;
+    if (s.batch) return lane_batch(l, &s, base, limit, born_ip, born_port, out, notes);
     if (l->wrote + s.size + 8 > limit) return 2;
     if ((r = stage_room(l, s.size, out)) != 0) return r;
     PyObject *qkey = PyTuple_GET_ITEM(PyTuple_GET_ITEM(s.entry, 4), s.qid);
@@ -309,7 +529,9 @@ int lane_one(Lane *l, const unsigned char *b, Py_ssize_t total, long long base, 
     l->bytes += s.size;
     l->last_ts = ts;
     if (l->error == NULL) dispatch(l, &s, qkey, qoff, phys, ts, notes);
-    PyObject *fb = answer(l, &s, qoff, phys);
+    char id[32];
+    offset_id(l, phys, id);
+    PyObject *fb = answer(l, &s, qoff, id, 32, s.uniq->v, s.uniq->vn);
     if (fb == NULL || PyList_Append(out, fb) < 0) PyErr_Clear();  /* stored: the client times out, retries */
     Py_XDECREF(fb);
     return 1;

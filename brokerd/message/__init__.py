@@ -115,6 +115,7 @@ from brokerd.message.constants import (
 from brokerd.message.ids import (
     decode_offset_msg_id,
     ipv4_bytes,
+    native_uniq_prefix,
     new_uniq_id,
     offset_msg_id,
 )
@@ -251,6 +252,7 @@ __all__ = [
     # ids
     "decode_offset_msg_id",
     "ipv4_bytes",
+    "native_uniq_prefix",
     "new_uniq_id",
     "offset_msg_id",
     # model

@@ -67,6 +67,10 @@ class _UniqIdGenerator:
         self._month_start_ms = 0
         self._next_month_ms = 0
 
+    @property
+    def prefix(self) -> str:
+        return self._prefix
+
     def _roll_month(self, now_ms: int) -> None:
         now = dt.datetime.fromtimestamp(now_ms / 1000)
         start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
@@ -87,8 +91,19 @@ class _UniqIdGenerator:
 _UNIQ: list[_UniqIdGenerator] = []  # created on first use (the host lookup stays out of import time)
 
 
-def new_uniq_id() -> str:
-    """A new UNIQ_KEY (32 uppercase hex chars), for messages that arrive without one."""
+def _generator() -> _UniqIdGenerator:
     if not _UNIQ:
         _UNIQ.append(_UniqIdGenerator())
-    return _UNIQ[0].next()
+    return _UNIQ[0]
+
+
+def new_uniq_id() -> str:
+    """A new UNIQ_KEY (32 uppercase hex chars), for messages that arrive without one."""
+    return _generator().next()
+
+
+def native_uniq_prefix() -> str:
+    """The 20-character prefix of the UNIQ_KEYs the C send lane generates (its own counter, the same layout):
+    this process's, with a hash field the Python generator does not use, so the two never collide."""
+    prefix = _generator().prefix
+    return prefix[:12] + f"{int(prefix[12:], 16) ^ 0x40000000:08X}"

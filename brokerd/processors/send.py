@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -12,6 +13,7 @@ from brokerd.message import MessageInner
 from brokerd.metadata.names import RETRY_GROUP_TOPIC_PREFIX, RMQ_SYS_SCHEDULE_TOPIC, RMQ_SYS_TRANS_HALF_TOPIC, dlq_topic
 from brokerd.metadata.topic import PERM_WRITE, TopicConfig, validate_topic
 from brokerd.native import native
+from brokerd.processors.admission import SendAdmission
 from brokerd.processors.put_codes import PUT_STATUS_CODES, STORED_CODES
 from brokerd.processors.send_lane import SendLane
 from brokerd.processors.transaction import is_half_request, to_half
@@ -94,7 +96,13 @@ class SendProcessor:
         self.store_host = (broker.cfg.broker_ip1, broker.cfg.listen_port)
         self._valid_topics: set[str] = set()
         self._tag_codes: dict[str, int] = {}
-        self.lane = SendLane(broker, NOT_ALLOWED_SEND_TOPICS) if native is not None else None
+        self.admission = SendAdmission(lambda: broker.cfg, self._flushed)  # overload shedding, shared with the lane
+        self.lane = SendLane(broker, NOT_ALLOWED_SEND_TOPICS, self.admission) if native is not None else None
+
+    def _flushed(self) -> int | None:
+        """The log offset durable so far when sends wait for the disk flush (SYNC_FLUSH), else None."""
+        flush = self.broker.acks.flush
+        return flush.flushed_offset if flush.sync_flush else None
 
     def tags_code(self, tags: str | None) -> int:
         if not tags:
@@ -110,7 +118,13 @@ class SendProcessor:
         return {10: self.process, 310: self.process, 320: self.process}
 
     def process(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | object:
+        busy = self.admission.refusal(time.monotonic())
+        if busy is not None:  # overload: answered at once, not stored
+            self.admission.refuse(busy)
+            return cmd.response(ResponseCode.SYSTEM_BUSY, busy)
         h = parse_send_header(cmd)
+        if self.lane is not None:
+            self.lane.count_fallback(h.topic, self.broker.meta.topics.get(h.topic) is not None)
         err = self._check(cmd, h)
         if isinstance(err, RemotingCommand):
             return err
@@ -124,7 +138,10 @@ class SendProcessor:
                                 f"{tc.write_queue_nums} write queues")
         body = cmd.body or b""
         if h.batch:
-            return self._send_batch(conn, cmd, h, tc, queue_id, body)
+            res = self._send_batch(conn, cmd, h, tc, queue_id, body)
+            if self.lane is not None:  # the next batches (and plain sends) to this queue can take the C lane
+                self.lane.admit(h.topic, tc, queue_id, cmd.ext.get("AccessKey"))
+            return res
         props = m.decode_properties(h.properties)
         topic = h.topic
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
@@ -141,6 +158,9 @@ class SendProcessor:
         res = self._store(cmd, h, [msg], queue_id)
         if self.lane is not None and msg.topic is h.topic:  # a plain message: the next ones can take the C lane
             self.lane.admit(msg.topic, tc, queue_id, cmd.ext.get("AccessKey"))
+        elif self.lane is not None and msg.topic in (RMQ_SYS_SCHEDULE_TOPIC, RMQ_SYS_TRANS_HALF_TOPIC):
+            self.lane.admit_retargeted(msg.topic, msg.queue_id)  # delayed / half: the next such ones take the lane
+            self.lane.admit(h.topic, tc, queue_id, cmd.ext.get("AccessKey"))
         return res
 
     def _check(self, cmd: RemotingCommand, h: SendHeader) -> RemotingCommand | TopicConfig:
@@ -244,12 +264,15 @@ class SendProcessor:
             self.broker.stats.errors += 1
             return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE,
                                 "service not available now: the disk is full or over its quota")
+        t0 = time.monotonic()
         if len(msgs) == 1:
             uniq = msgs[0].properties.get(m.UNIQ_KEY, "")
             res = store.append_message(msgs[0])
         else:
             uniq = ",".join(x.properties.get(m.UNIQ_KEY, "") for x in msgs)
             res = store.append_messages(msgs)
+        now = time.monotonic()
+        self.admission.put_took(now - t0, now)
         if res.status is not PutStatus.PUT_OK:
             return self._answer(cmd, res, queue_id, uniq)
         ack = self.broker.acks.wait(res.end_offset, msgs[0].properties.get(m.WAIT) != "false")
@@ -258,8 +281,10 @@ class SendProcessor:
             return self._answer(cmd, res, queue_id, uniq)
         # wait for the flush (group commit) and/or the replicas: answer from the callback, no task per message
         out: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
+        waiting = self.admission.waiting(1, t0, res.end_offset)
 
         def done(f: asyncio.Future[PutStatus]) -> None:
+            self.admission.answered(waiting)
             if not out.done():
                 res.status = PutStatus.FLUSH_SLAVE_TIMEOUT if f.cancelled() else f.result()
                 out.set_result(self._answer(cmd, res, queue_id, uniq))

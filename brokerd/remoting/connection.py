@@ -85,6 +85,7 @@ class Connection(asyncio.Protocol):
         dispatcher: Dispatcher | None,
         on_close: Callable[[Connection], None] | None = None,
         max_frame: int = MAX_FRAME,
+        read_backpressure: bool = False,
     ) -> None:
         self.dispatcher = dispatcher
         self._on_close = [on_close] if on_close else []
@@ -97,6 +98,9 @@ class Connection(asyncio.Protocol):
         self.inflight: set[asyncio.Future[Any]] = set()
         self.attrs: dict[str, object] = {}  # per-connection state for processors (e.g. client id)
         self._paused = False
+        # a server's connection stops reading while its answers cannot be written (the peer does not read them):
+        # what a client offers stays in its socket, not in this process
+        self._read_backpressure = read_backpressure
         self._drain_waiters: list[asyncio.Future[None]] = []
 
     # -- asyncio.Protocol ---------------------------------------------------------------------------------
@@ -244,9 +248,13 @@ class Connection(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         self._paused = True
+        if self._read_backpressure and self.transport is not None:
+            self.transport.pause_reading()
 
     def resume_writing(self) -> None:
         self._paused = False
+        if self._read_backpressure and self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
         waiters, self._drain_waiters = self._drain_waiters, []
         for w in waiters:
             if not w.done():

@@ -21,7 +21,7 @@ class RemotingServer:
         self._server: asyncio.base_events.Server | None = None
 
     def _make_protocol(self) -> Connection:
-        conn = Connection(self.dispatcher, on_close=self.connections.discard)
+        conn = Connection(self.dispatcher, on_close=self.connections.discard, read_backpressure=True)
         self.connections.add(conn)
         return conn
 

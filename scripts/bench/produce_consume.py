@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -57,13 +58,78 @@ def broker_run(args: argparse.Namespace, tmp: pathlib.Path, flush: str) -> dict[
         c.stop()
 
 
+def lane_counters(c: Cluster) -> dict[str, int]:
+    """The broker's C-lane and fallback counters from /metrics."""
+    log = c.daemon.output() if c.daemon else ""
+    port = int(log.split("metrics port ")[1].split()[0].strip(","))
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("rocketmq_send_lane_messages_total{"):
+            out["lane"] = int(line.rsplit(" ", 1)[1])
+        elif line.startswith("rocketmq_send_lane_fallbacks_total{"):
+            out["python:" + line.split('reason="')[1].split('"')[0]] = int(line.rsplit(" ", 1)[1])
+    return out
+
+
+def shapes_run(args: argparse.Namespace, tmp: pathlib.Path, flush: str) -> dict[str, object]:
+    """Every send shape against one broker, one after the other (closed loop, ``--gens`` generator processes
+    each): msg/s, its share of the best, and how many of its messages the C lane stored."""
+    from scripts.bench.loadgen import SHAPES, capture_shapes
+
+    # (no os.sync() first: every shape runs on the same broker, one after the other, and it stalls for minutes
+    # while other work writes to the disk)
+    c = Cluster(tmp / flush, brokers=1, flushDiskType=flush).start()
+    rows: dict[str, dict[str, object]] = {}
+    try:
+        for shape in (*SHAPES, *capture_shapes()):
+            topic = "Shape" + "".join(ch for ch in shape if ch.isalnum())[:40]
+            assert rpc(c.broker_addr(), 17, {"topic": topic, "readQueueNums": "8", "writeQueueNums": "8"}).code == 0
+            total = args.total // (16 if shape == "batch16" else 1) // args.gens
+            before = lane_counters(c)
+            procs = [subprocess.Popen([PY, "-m", "scripts.bench.loadgen", "produce", "--addr", c.broker_addr(),
+                                       "--topic", topic, "--conns", str(args.conns), "--inflight", str(args.inflight),
+                                       "--total", str(total), "--body", str(args.body), "--queues", "8",
+                                       "--shape", shape], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+                     for _ in range(args.gens)]  # fmt: skip
+            outs = [json.loads(p.communicate(timeout=900)[0].strip().splitlines()[-1]) for p in procs]
+            after = lane_counters(c)
+            msgs = sum(o["msgs"] for o in outs)
+            delta = {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
+            rows[shape] = {"msg_per_s": round(msgs / max(o["seconds"] for o in outs)),
+                           "p99_ms": max(o["p99_ms"] for o in outs), "errors": sum(o["errors"] for o in outs),
+                           "lane_share": round(delta.get("lane", 0) / msgs, 3),
+                           "python_reasons": {k: v for k, v in delta.items() if k != "lane"}}  # fmt: skip
+    finally:
+        c.stop()
+    best = max(int(r["msg_per_s"]) for r in rows.values())  # type: ignore[call-overload]
+    for r in rows.values():
+        r["of_best"] = round(int(r["msg_per_s"]) / best, 3)  # type: ignore[call-overload]
+    return rows
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--total", type=int, default=200_000)
     ap.add_argument("--conns", type=int, default=4)
     ap.add_argument("--inflight", type=int, default=64)
     ap.add_argument("--body", type=int, default=1024)
+    ap.add_argument("--shapes", action="store_true", help="every send shape side by side instead (ASYNC and SYNC)")
+    ap.add_argument("--gens", type=int, default=2, help="--shapes: generator processes per shape")
     args = ap.parse_args()
+    if args.shapes:
+        with tempfile.TemporaryDirectory(prefix="bench-") as d:
+            tmp = pathlib.Path(d)
+            res = {"bench": "produce_consume --shapes", "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+                   "load_before": os.getloadavg()[0],
+                   "params": {"total_msgs_per_shape": args.total, "gens": args.gens, "conns": args.conns,
+                              "inflight_per_conn": args.inflight, "body": args.body}}  # fmt: skip
+            for flush in ("ASYNC_FLUSH", "SYNC_FLUSH"):
+                (tmp / flush).mkdir()
+                res[flush.lower()] = shapes_run(args, tmp, flush)
+            res["load_after"] = os.getloadavg()[0]
+        print(json.dumps(res, indent=1))
+        return 0
     with tempfile.TemporaryDirectory(prefix="bench-") as d:
         tmp = pathlib.Path(d)
         for sub in ("ASYNC_FLUSH", "SYNC_FLUSH"):

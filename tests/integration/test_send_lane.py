@@ -18,7 +18,7 @@ import pytest
 
 from brokerd.broker import Broker
 from brokerd.broker_config import BrokerConfig
-from brokerd.message import decode_record, encode_batch_body, encode_properties, tags_code_of
+from brokerd.message import decode_record, encode_batch_body, encode_properties, native_uniq_prefix, tags_code_of
 from brokerd.metadata.topic import PERM_READ, TopicConfig
 from brokerd.native import native
 from brokerd.remoting import RemotingClient, RemotingCommand, encode, encode_binary, request
@@ -32,12 +32,20 @@ pytestmark = pytest.mark.skipif(native is None, reason="brokerd._native is not b
 TOPICS = ("LaneA", "LaneB", "Lane_C-" + "x" * 100)
 
 
+GENERATED = "GENERATED".ljust(32, "0")  # what the Python path assigns here; the lane's own ids are read as this
+
+
 @pytest.fixture(autouse=True)
 def same_generated_ids(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Messages without a UNIQ_KEY get a generated one (a process-wide counter): the same on both brokers here."""
+    """Messages without a UNIQ_KEY get a generated one (a process-wide counter): the same on both brokers here
+    (the lane's generated ids, of the same length, are compared as GENERATED after checking they are unique)."""
     import brokerd.message
 
-    monkeypatch.setattr(brokerd.message, "new_uniq_id", lambda: "GENERATED")
+    monkeypatch.setattr(brokerd.message, "new_uniq_id", lambda: GENERATED)
+
+
+def lane_generated(uniq: str) -> bool:
+    return uniq.startswith(native_uniq_prefix())
 
 
 class Transport:
@@ -64,6 +72,9 @@ class Transport:
 
 
 async def start_broker(root: Path, lane: bool, **cfg: Any) -> tuple[Broker, Connection, Transport]:
+    """An in-process broker; overload shedding off unless asked for (it depends on timing, which differs between
+    the two brokers of a comparison: a flush stalled by other work on the disk would refuse sends on one only)."""
+    cfg.setdefault("broker_fast_failure_enable", False)
     port = 30911  # port-ok: only the store host in records and message ids; in-process brokers bind nothing
     conf = BrokerConfig(store_path_root_dir=str(root), listen_port=port, broker_name="lane-test",
                         max_hash_slot_num=5000, max_index_num=20000, **cfg)  # fmt: skip
@@ -110,6 +121,8 @@ def mixed_stream(seed: int, n: int, binary: float = 0.0) -> list[bytes]:
     for i in range(1, n + 1):
         topic = rnd.choice(TOPICS)
         props = {"UNIQ_KEY": f"U{seed:04d}{i:027d}", "WAIT": "true" if rnd.random() < 0.95 else "false"}
+        if rnd.random() < 0.25:  # as the Node client ali-ons sends: the broker assigns one
+            del props["UNIQ_KEY"]
         if rnd.random() < 0.7:
             props["TAGS"] = rnd.choice(["TagA", "TagB", "t\u00e9g", "\U0001F600"])
         if rnd.random() < 0.5:
@@ -162,11 +175,18 @@ def feed(conn: Connection, frames: list[bytes], seed: int) -> None:
 
 
 def records(b: Broker) -> list[tuple[Any, ...]]:
+    """Every record; UNIQ_KEYs the lane generated read as GENERATED (checked unique and 32 hex digits first)."""
     log = b.store.commit_log
     out = []
+    generated: set[str] = set()
     for _phys, f, pos, size in log.walk(log.min_offset, log.max_offset):
         if size > 0:
             m, _ = decode_record(f.mm, pos)
+            uniq = m.properties.get("UNIQ_KEY", "")
+            if lane_generated(uniq):
+                assert uniq not in generated and len(uniq) == 32 and int(uniq, 16) >= 0
+                generated.add(uniq)
+                m.properties["UNIQ_KEY"] = GENERATED
             out.append((m.topic, m.queue_id, m.queue_offset, m.commit_log_offset, m.flag, m.sys_flag, m.born_timestamp,
                         m.born_host, m.store_host, m.reconsume_times, m.body, m.properties, m.store_size))  # fmt: skip
     return out
@@ -179,8 +199,29 @@ def queues(b: Broker) -> dict[tuple[str, int], list[tuple[int, int, int] | None]
     return {k: [e[:2] if e and k[0] == "SCHEDULE_TOPIC_XXXX" else e for e in v] for k, v in out.items()}
 
 
+def lane_generated_keys(b: Broker) -> list[tuple[str, str, int]]:
+    """(topic, UNIQ_KEY, physical offset) of the records whose UNIQ_KEY the lane generated."""
+    log = b.store.commit_log
+    out = []
+    for _phys, f, pos, size in log.walk(log.min_offset, log.max_offset):
+        if size > 0:
+            m, _ = decode_record(f.mm, pos)
+            if lane_generated(m.properties.get("UNIQ_KEY", "")):
+                out.append((m.topic, m.properties["UNIQ_KEY"], m.commit_log_offset))
+    return out
+
+
+def ext_of(c: RemotingCommand) -> dict[str, str]:
+    """An answer's fields; the UNIQ_KEYs the lane generated in a transactionId (a batch's: joined) read as
+    GENERATED."""
+    tid = c.ext.get("transactionId")
+    if tid is None:
+        return c.ext
+    return {**c.ext, "transactionId": ",".join(GENERATED if lane_generated(x) else x for x in tid.split(","))}
+
+
 def answers(tr: Transport) -> dict[int, tuple[int, str | None, dict[str, str]]]:
-    return {c.opaque: (c.code, c.remark, c.ext) for c in tr.frames}
+    return {c.opaque: (c.code, c.remark, ext_of(c)) for c in tr.frames}
 
 
 async def all_answered(*trs: Transport) -> None:
@@ -220,6 +261,19 @@ async def test_lane_stores_and_answers_exactly_like_the_python_path(tmp_path: Pa
                 assert qa == qb
                 found += len(qa)
         assert found > 50
+        generated = lane_generated_keys(a)
+        assert len(generated) > 50, "sends without a UNIQ_KEY must take the lane"
+        for topic, uniq, phys in generated[:40]:  # the lane's own UNIQ_KEYs are in the key index
+            assert [decode_record(buf)[0].commit_log_offset
+                    for buf in a.store.query_message(topic, uniq, 4, 0, 2**62).buffers] == [phys]
+        sends = sum(1 for f in frames if FrameDecoder().feed(f)[0].code in (10, 310, 320))
+        why = a.send_lane.fallbacks
+        # every send left to Python is counted (the lane's requests store one message each, its batches two)
+        batches = sum(1 for f in frames if FrameDecoder().feed(f)[0].code == 320)
+        lane_requests = sends - sum(why.values())
+        assert lane_requests <= a.send_lane.handled <= lane_requests + batches
+        assert min(why["batch"], why["oneway"], why["retry_topic"], why["queue_not_ready"]) > 0
+        assert why["header"] == why["new_topic"] == 0
         assert a.stats.msgs_in == b.stats.msgs_in and a.stats.bytes_in == b.stats.bytes_in
         assert a.store.max_phy_offset == b.store.max_phy_offset
         assert a.store.dispatched_offset == a.store.max_phy_offset
@@ -385,7 +439,7 @@ async def test_mutated_send_frames_get_the_python_answers_and_never_crash(tmp_pa
                 closed: list[bool] = []
                 conn.close = lambda c=closed: c.append(True)  # type: ignore[method-assign]
                 conn.data_received(raw)
-                outcomes[name].append(([(c.opaque, c.code, c.remark, c.ext) for c in tr.frames], bool(closed)))
+                outcomes[name].append(([(c.opaque, c.code, c.remark, ext_of(c)) for c in tr.frames], bool(closed)))
         assert outcomes["a"] == outcomes["b"]
         assert sum(1 for frames, closed in outcomes["a"] if closed) > 20  # the fuzz reached the error paths
         assert a.send_lane is not None and a.send_lane.handled > 500
@@ -450,8 +504,8 @@ CAPTURES = json.loads((Path(__file__).parents[1] / "testdata" / "client_first_fr
 
 @pytest.mark.parametrize("capture", [f for f in CAPTURES if f["target"] == "broker"], ids=lambda f: f["client"][:28])
 async def test_real_client_sends_take_the_lane_when_they_can(tmp_path: Path, capture: dict[str, Any]) -> None:
-    """The first send of a queue goes through Python (admission); the next identical one takes the lane when it
-    has a UNIQ_KEY (ali-ons sends none: Python assigns it), with a JSON or a binary header."""
+    """The first send of a queue goes through Python (admission); the next identical one takes the lane, with a
+    JSON or a binary header, with or without a UNIQ_KEY (ali-ons sends none: the lane assigns one)."""
     raw = bytes.fromhex(capture["hex"])
     cmd = FrameDecoder().feed(raw)[0]
     b, conn, tr = await start_broker(tmp_path, True)
@@ -460,8 +514,7 @@ async def test_real_client_sends_take_the_lane_when_they_can(tmp_path: Path, cap
         conn.data_received(raw)
         conn.data_received(raw)
         assert [c.code for c in tr.frames] == [0, 0]
-        takes_lane = "UNIQ_KEY" in (cmd.ext.get("i") or cmd.ext.get("properties") or "")
-        assert b.send_lane is not None and b.send_lane.handled == (1 if takes_lane else 0)
+        assert b.send_lane is not None and b.send_lane.handled == 1
         first, second = records(b)
         assert first[:2] == second[:2] and first[4:] [:-3] == second[4:][:-3]  # same topic, queue, flags, body
         assert int(tr.frames[1].ext["queueOffset"]) == int(tr.frames[0].ext["queueOffset"]) + 1
@@ -530,6 +583,40 @@ async def test_acl_sends_through_the_lane_match_the_python_path(tmp_path: Path) 
         assert a.send_lane is not None and a.send_lane.handled > 100, "the lane must take the signed sends"
         misses = a.send_lane.acl_misses()
         assert misses["signature_mismatch"] > 0 and misses["not_admitted"] > 0, misses
+    finally:
+        await a.shutdown()
+        await b.shutdown()
+
+
+@pytest.mark.parametrize("binary", [0.0, 0.5])
+async def test_overload_refusals_are_the_python_paths_and_store_nothing(tmp_path: Path, binary: float) -> None:
+    """While the send queue is full every send is answered SYSTEM_BUSY at once, by the lane in C exactly as by the
+    Python processor (one-way sends unanswered, other requests served); once it drains both store alike again."""
+    frames = mixed_stream(17, 300, binary)
+    (a, ca, ta), (b, cb, tb) = [await start_broker(tmp_path / name, lane, broker_fast_failure_enable=True)
+                                for name, lane in (("a", True), ("b", False))]  # fmt: skip
+    try:
+        feed(ca, frames[:20], 1)  # admit topics and queues
+        feed(cb, frames[:20], 1)
+        await all_answered(ta, tb)
+        full = [x.send_admission.waiting(x.cfg.send_thread_pool_queue_capacity, asyncio.get_running_loop().time(), 0)
+                for x in (a, b)]  # fmt: skip
+        before = len(ta.frames), records(a)
+        feed(ca, frames[20:200], 2)
+        feed(cb, frames[20:200], 3)
+        await all_answered(ta, tb)
+        assert answers(ta) == answers(tb)
+        busy = [c for c in ta.frames[before[0]:] if c.code == ResponseCode.SYSTEM_BUSY]
+        assert len(busy) > 100 and {c.remark for c in busy} == {"[OVERLOAD]system busy, start flow control for a while"}
+        assert records(a) == before[1]  # nothing stored
+        assert a.send_admission.refused == b.send_admission.refused and a.send_admission.refused["overload"] > 100
+        for x, entry in zip((a, b), full, strict=True):
+            x.send_admission.answered(entry)
+        feed(ca, frames[200:], 4)
+        feed(cb, frames[200:], 5)
+        await all_answered(ta, tb)
+        assert answers(ta) == answers(tb) and records(a) == records(b) and queues(a) == queues(b)
+        assert a.send_lane is not None and a.send_lane.handled > 50
     finally:
         await a.shutdown()
         await b.shutdown()

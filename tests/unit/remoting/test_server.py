@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import struct
 
 import pytest
@@ -61,6 +62,30 @@ async def raw_exchange(port: int, data: bytes, expect: int) -> list[RemotingComm
     finally:
         w.close()
     return out
+
+
+async def test_a_client_that_does_not_read_its_answers_is_not_read_either(server: RemotingServer) -> None:
+    """Memory stays bounded: once a connection's answers back up, the server stops reading its requests (they
+    wait in the client's socket); it reads on when the client reads its answers."""
+    n, body = 400, b"b" * 65536
+    r, w = await asyncio.open_connection("127.0.0.1", server.port)
+    data = b"".join(encode(dataclasses.replace(request(1, {"v": str(i)}, body), opaque=i)) for i in range(n))
+    w.write(data)
+    seen = server.seen  # type: ignore[attr-defined]
+    deadline = asyncio.get_running_loop().time() + 10
+    conn = None
+    while conn is None or conn.transport is None or conn.transport.is_reading():
+        assert asyncio.get_running_loop().time() < deadline, "the server never stopped reading"
+        await asyncio.sleep(0.01)  # sleep-ok: polling a condition with a deadline
+        conn = next(iter(server.connections), None)
+    assert len(seen) < n // 2  # most requests are still in the sockets, not in the server's memory
+    dec, out = FrameDecoder(), []
+    while len(out) < n:
+        chunk = await asyncio.wait_for(r.read(1 << 20), 10)
+        assert chunk
+        out += dec.feed(chunk)
+    assert [c.opaque for c in out] == list(range(n)) and len(seen) == n
+    w.close()
 
 
 async def test_request_response_and_pipelining(server: RemotingServer) -> None:

@@ -1,0 +1,183 @@
+"""The C send lane against the Python send path for each send shape beyond the plain one: a new topic's sends,
+delay levels, batches (same request stream into a broker with and without the lane: same records, queues,
+index and answers)."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from pathlib import Path
+
+import pytest
+
+from brokerd.message import decode_record, encode_batch_body
+from brokerd.native import native
+from brokerd.remoting import encode, request
+from brokerd.remoting.codec import FrameDecoder
+from tests.integration.test_send_lane import (
+    TOPICS,
+    all_answered,
+    answers,
+    feed,
+    queues,
+    records,
+    same_generated_ids,
+    send,
+    start_broker,
+)
+
+pytestmark = pytest.mark.skipif(native is None, reason="brokerd._native is not built / BROKERD_NATIVE=0")
+__all__ = ["same_generated_ids"]  # the autouse fixture: the Python path's generated UNIQ_KEYs as GENERATED
+
+
+@pytest.mark.parametrize("v1", [False, True])
+async def test_a_new_topics_sends_take_the_lane_once_python_created_it(tmp_path: Path, v1: bool) -> None:
+    """A topic auto-created by its first send (TBW102): each queue's first send goes through Python (it creates
+    the topic and the queue), every later one takes the lane; both answer and store as the Python path alone."""
+    frames = [send(i, "FreshTopic", i % 4, {"TAGS": "t"} if i % 2 else {"UNIQ_KEY": f"N{i:031d}"}, b"n" * i, v1=v1)
+              for i in range(1, 41)]  # fmt: skip
+    (a, ca, ta), (b, cb, tb) = [await start_broker(tmp_path / name, lane) for name, lane in (("a", True), ("b", False))]
+    try:
+        feed(ca, frames, 1)
+        feed(cb, frames, 1)
+        await all_answered(ta, tb)
+        assert answers(ta) == answers(tb) and {c.code for c in ta.frames} == {0}
+        assert records(a) == records(b) and queues(a) == queues(b)
+        assert a.send_lane is not None and a.send_lane.handled == 36
+        assert a.send_lane.fallbacks["new_topic"] == 1 and a.send_lane.fallbacks["queue_not_ready"] == 3
+    finally:
+        await a.shutdown()
+        await b.shutdown()
+
+
+async def test_delay_level_sends_take_the_lane_after_their_levels_first(tmp_path: Path) -> None:
+    """Delayed sends are stored in SCHEDULE_TOPIC_XXXX (queue level - 1, REAL_TOPIC / REAL_QID, DELAY clamped,
+    delivery time as tags) by the lane exactly as by the Python path; each level's first send goes through Python
+    (it creates the level's queue), odd DELAY values always do."""
+    delays = ["1", "3", "007", "99", "0", "x", " 2", "3", "1", "18", "4", "3", "1", "2", "00"]
+    frames = [send(i, "LaneA" if i % 3 else "LaneB", i % 4,
+                   {"DELAY": delays[i % len(delays)], **({"UNIQ_KEY": f"D{i:031d}"} if i % 2 else {}),
+                    **({"REAL_QID": "9"} if i % 11 == 0 else {})}, b"d" * i, v1=i % 5 == 0)
+              for i in range(1, 121)]  # fmt: skip
+    (a, ca, ta), (b, cb, tb) = [await start_broker(tmp_path / name, lane) for name, lane in (("a", True), ("b", False))]
+    try:
+        plain = [send(i, "LaneA", q, {"UNIQ_KEY": f"P{i}"}, b"p") for i, q in enumerate(range(4), start=1000)]
+        for x in (ca, cb):
+            feed(x, plain, 1)
+            feed(x, frames, 2)
+        await all_answered(ta, tb)
+        assert answers(ta) == answers(tb) and {c.code for c in ta.frames} == {0}
+        assert records(a) == records(b) and queues(a) == queues(b)
+        delayed = [r for r in records(a) if r[0] == "SCHEDULE_TOPIC_XXXX"]
+        assert {r[1] for r in delayed} == {0, 1, 2, 3, 6, 17} and {r[11]["DELAY"] for r in delayed} >= {"7", "18"}
+        levels = {r[1] for r in delayed}
+        # LaneB only ever gets delayed sends: it enters the lane with its first one
+        assert a.send_lane is not None and a.send_lane.handled >= len(delayed) - len(levels) - 2
+        assert a.send_lane.fallbacks["delay"] >= 8  # the odd values (x, " 2") and the first of each level
+    finally:
+        await a.shutdown()
+        await b.shutdown()
+
+
+def batch_frame(opaque: int, topic: str, qid: int, msgs: list[tuple[int, bytes, dict[str, str]]], how: str) -> bytes:
+    """A batch as SEND_BATCH_MESSAGE (320) or as a 310 / 10 send with batch=true."""
+    body = encode_batch_body(msgs)
+    if how == "320":
+        ext = dict(zip("abcdefghijklm", ("pg", topic, "TBW102", "4", str(qid), "0", "1700000000123", "0", "", "0",
+                                         "false", "16", "true"), strict=True))  # fmt: skip
+        return encode(dataclasses.replace(request(320, ext, body), opaque=opaque))
+    frame = send(opaque, topic, qid, {}, b"", v1=how == "10", batch="true")
+    cmd = FrameDecoder().feed(frame)[0]
+    return encode(dataclasses.replace(cmd, body=body))
+
+
+async def test_batches_take_the_lane_and_store_like_the_python_path(tmp_path: Path) -> None:
+    """Batches (320, or batch=true on 310 / 10): one record per message with consecutive queue offsets, one store
+    time, one answer (message ids and UNIQ_KEYs joined); malformed ones get the Python path's answer."""
+    rnd = random.Random(23)
+    frames = [send(i, t, q, {"UNIQ_KEY": f"P{i}"}, b"p") for i, (t, q) in
+              enumerate(((t, q) for t in TOPICS[:2] for q in range(4)), start=1)]  # admit the queues
+    for i in range(20, 220):
+        msgs = [(rnd.randrange(3), bytes(rnd.getrandbits(8) for _ in range(rnd.randint(0, 200))),
+                 {**({"UNIQ_KEY": f"B{i:04d}{j:02d}"} if rnd.random() < 0.5 else {}),
+                  **({"TAGS": rnd.choice(["a", "t\u00e9g"])} if rnd.random() < 0.7 else {}),
+                  **({"KEYS": f"bk{i} bk{i}-{j}"} if rnd.random() < 0.5 else {}),
+                  **({"CLUSTER": "c"} if rnd.random() < 0.1 else {})}) for j in range(rnd.randint(1, 16))]
+        frame = batch_frame(i, rnd.choice(TOPICS[:2]), rnd.randrange(4), msgs, rnd.choice(["320", "310", "10"]))
+        kind = rnd.random()
+        if kind < 0.04:  # truncated body: the length prefix kept, the last entry cut short
+            cmd = FrameDecoder().feed(frame)[0]
+            frame = encode(dataclasses.replace(cmd, body=(cmd.body or b"")[:-3]))
+        elif kind < 0.06:
+            frame = batch_frame(i, "LaneA", 1, [], "320")  # empty batch
+        elif kind < 0.08:
+            cmd = FrameDecoder().feed(frame)[0]
+            raw = bytearray(cmd.body or b"")
+            raw[-1] = 0xFF  # properties that are not UTF-8
+            frame = encode(dataclasses.replace(cmd, body=bytes(raw)))
+        frames.append(frame)
+    (a, ca, ta), (b, cb, tb) = [await start_broker(tmp_path / name, lane, flush_disk_type=flush)
+                                for name, lane, flush in (("a", True, "SYNC_FLUSH"), ("b", False, "SYNC_FLUSH"))]  # fmt: skip
+    try:
+        feed(ca, frames, 1)
+        feed(cb, frames, 2)
+        await all_answered(ta, tb)
+        ra, rb = answers(ta), answers(tb)
+        assert ra.keys() == rb.keys() and len(ra) == len(frames)
+        for opaque, want in rb.items():
+            assert ra[opaque] == want, opaque
+        assert records(a) == records(b) and queues(a) == queues(b)
+        assert sum(1 for c in ta.frames if c.code != 0) >= 5  # the malformed ones
+        for key in ("bk40", "bk99-0", "B005000"):
+            for t in TOPICS[:2]:
+                qa, qb = (sorted(decode_record(buf)[0].commit_log_offset
+                                 for buf in x.store.query_message(t, key, 64, 0, 2**62).buffers) for x in (a, b))
+                assert qa == qb
+        assert a.send_lane is not None and a.send_lane.handled > 1000
+        assert a.stats.msgs_in == b.stats.msgs_in and a.stats.bytes_in == b.stats.bytes_in
+    finally:
+        await a.shutdown()
+        await b.shutdown()
+
+
+def with_sys_flag(frame: bytes, sys_flag: int) -> bytes:
+    cmd = FrameDecoder().feed(frame)[0]
+    key = "f" if cmd.code != 10 else "sysFlag"
+    return encode(dataclasses.replace(cmd, ext={**cmd.ext, key: str(sys_flag)}))
+
+
+async def test_transactional_half_messages_take_the_lane_after_the_first(tmp_path: Path) -> None:
+    """Prepared sends (sysFlag 4 with TRAN_MSG=true) are stored as half messages (RMQ_SYS_TRANS_HALF_TOPIC queue
+    0, REAL_TOPIC / REAL_QID, no transaction bits, no delay) by the lane exactly as by the Python path; other
+    transaction flags, or a prepared flag without TRAN_MSG, stay in Python."""
+    rnd = random.Random(31)
+    frames = [send(i, "LaneA", q, {"UNIQ_KEY": f"P{i}"}, b"p") for i, q in enumerate(range(4), start=1000)]
+    for i in range(1, 151):
+        props = {"TRAN_MSG": "true", "PGROUP": "pg", **({"UNIQ_KEY": f"H{i:031d}"} if i % 2 else {}),
+                 **({"TAGS": "tx"} if i % 3 else {}), **({"DELAY": "2"} if i % 7 == 0 else {}),
+                 **({"REAL_QID": "9"} if i % 13 == 0 else {}), **({"KEYS": f"hk{i}"} if i % 5 == 0 else {})}
+        kind = rnd.random()
+        flag = 8 if kind < 0.05 else 5 if kind < 0.15 else 4  # commit type (Python), compressed + prepared
+        if 0.15 <= kind < 0.2:
+            del props["TRAN_MSG"]  # prepared without TRAN_MSG: not a half message (Python)
+        frames.append(with_sys_flag(send(i, rnd.choice(("LaneA", "LaneB")), rnd.randrange(4), props, b"h" * i,
+                                         v1=i % 4 == 0), flag))  # fmt: skip
+    (a, ca, ta), (b, cb, tb) = [await start_broker(tmp_path / name, lane) for name, lane in (("a", True), ("b", False))]
+    try:
+        feed(ca, frames, 1)
+        feed(cb, frames, 2)
+        await all_answered(ta, tb)
+        assert answers(ta) == answers(tb)
+        assert records(a) == records(b) and queues(a) == queues(b)
+        half = [r for r in records(a) if r[0] == "RMQ_SYS_TRANS_HALF_TOPIC"]
+        assert len(half) > 100 and {r[1] for r in half} == {0} and all(r[5] & 0xC == 0 for r in half)
+        for key in ("hk10", "hk35"):
+            qa, qb = (sorted(decode_record(buf)[0].commit_log_offset for buf in
+                             x.store.query_message("RMQ_SYS_TRANS_HALF_TOPIC", key, 8, 0, 2**62).buffers)
+                      for x in (a, b))  # fmt: skip
+            assert qa == qb and len(qa) == 1
+        assert a.send_lane is not None and a.send_lane.handled >= len(half) - 4
+        assert a.send_lane.fallbacks["transaction"] >= 10
+    finally:
+        await a.shutdown()
+        await b.shutdown()
