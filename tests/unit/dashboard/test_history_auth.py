@@ -67,7 +67,8 @@ def test_tampered_or_foreign_cookies_are_refused() -> None:
 def test_csrf_token_must_match_the_session() -> None:
     _, session = SessionSigner().issue("admin", now=0.0)
     assert csrf_ok(session, session.csrf)
-    assert not csrf_ok(session, None) and not csrf_ok(session, "x" + session.csrf[1:])
+    other = ("y" if session.csrf[0] == "x" else "x") + session.csrf[1:]  # one character off
+    assert not csrf_ok(session, None) and not csrf_ok(session, other)
 
 
 def test_login_throttle_per_client_and_window() -> None:
