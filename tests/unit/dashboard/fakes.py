@@ -81,6 +81,13 @@ class Consumers:
     groups: dict[str, Group] = field(default_factory=dict)
 
 
+class Admission:
+    """Overload shedding as /metrics reads it: nothing refused, nothing waiting."""
+
+    refused: dict[str, int] = {}
+    pending = 0
+
+
 class FakeBroker:
     def __init__(self, name: str, *, topics: dict[str, Topic] | None = None,
                  queues: dict[tuple[str, int], tuple[int, int]] | None = None,
@@ -90,6 +97,8 @@ class FakeBroker:
         self.cfg = BrokerConfig(broker_name=name, listen_port=30911)
         self.stats = BrokerStats(msgs_in=10, msgs_out=4, bytes_in=1000, bytes_out=400, errors=1)
         self.send_lane = None
+        self.send_admission = Admission()
+        self.acl_denied = 0
         self.store = Store(queues or {}, max_phy=1000)
         self.meta = Meta(Topics(topics or {}, system), Offsets(offsets or {}))
         subs = subscribed or {}
