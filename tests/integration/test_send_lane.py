@@ -10,7 +10,7 @@ import dataclasses
 import json
 import os
 import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -238,6 +238,18 @@ async def all_answered(*trs: Transport) -> None:
 
 
 @pytest.mark.parametrize(("flush", "binary"), [("ASYNC_FLUSH", 0.0), ("SYNC_FLUSH", 0.0), ("ASYNC_FLUSH", 0.5)])
+
+def one_connection(broker: Any, raw: bytes, ext: Callable[[Any], Any]) -> tuple[list[Any], bool]:
+    """``raw`` into a fresh connection of ``broker``: its answers (opaque, code, remark, ext(answer)) and whether
+    it closed the connection."""
+    conn = Connection(broker.dispatcher)
+    tr = Transport()
+    conn.connection_made(tr)  # type: ignore[arg-type]
+    closed: list[bool] = []
+    conn.close = lambda c=closed: c.append(True)  # type: ignore[method-assign]
+    conn.data_received(raw)
+    return [(c.opaque, c.code, c.remark, ext(c)) for c in tr.frames], bool(closed)
+
 async def test_lane_stores_and_answers_exactly_like_the_python_path(tmp_path: Path, flush: str, binary: float) -> None:
     frames = mixed_stream(11, 600, binary)
     (a, ca, ta), (b, cb, tb) = [await start_broker(tmp_path / name, lane, flush_disk_type=flush)
@@ -433,13 +445,7 @@ async def test_mutated_send_frames_get_the_python_answers_and_never_crash(tmp_pa
             if not queue_field_is_plain(raw):
                 continue
             for name, broker in (("a", a), ("b", b)):
-                conn = Connection(broker.dispatcher)
-                tr = Transport()
-                conn.connection_made(tr)  # type: ignore[arg-type]
-                closed: list[bool] = []
-                conn.close = lambda c=closed: c.append(True)  # type: ignore[method-assign]
-                conn.data_received(raw)
-                outcomes[name].append(([(c.opaque, c.code, c.remark, ext_of(c)) for c in tr.frames], bool(closed)))
+                outcomes[name].append(one_connection(broker, raw, ext_of))
         assert outcomes["a"] == outcomes["b"]
         assert sum(1 for frames, closed in outcomes["a"] if closed) > 20  # the fuzz reached the error paths
         assert a.send_lane is not None and a.send_lane.handled > 500
@@ -649,13 +655,7 @@ async def test_mutated_signed_frames_never_pass_the_acl_check_on_either_path(tmp
         for i, frame in enumerate(base[40:]):
             raw = mutate(rnd, frame) if i % 2 else frame
             for name, broker in (("a", a), ("b", b)):
-                conn = Connection(broker.dispatcher)
-                tr = Transport()
-                conn.connection_made(tr)  # type: ignore[arg-type]
-                closed: list[bool] = []
-                conn.close = lambda c=closed: c.append(True)  # type: ignore[method-assign]
-                conn.data_received(raw)
-                outcomes[name].append(([(c.opaque, c.code, c.remark, c.ext) for c in tr.frames], bool(closed)))
+                outcomes[name].append(one_connection(broker, raw, lambda c: c.ext))
             answers_a = outcomes["a"][-1][0]
             if raw != frame and answers_a and answers_a[0][1] == 0:
                 orig, new = FrameDecoder().feed(frame)[0], FrameDecoder().feed(raw)[0]
