@@ -237,8 +237,6 @@ async def all_answered(*trs: Transport) -> None:
     raise AssertionError(f"answers did not settle: {last}")
 
 
-@pytest.mark.parametrize(("flush", "binary"), [("ASYNC_FLUSH", 0.0), ("SYNC_FLUSH", 0.0), ("ASYNC_FLUSH", 0.5)])
-
 def one_connection(broker: Any, raw: bytes, ext: Callable[[Any], Any]) -> tuple[list[Any], bool]:
     """``raw`` into a fresh connection of ``broker``: its answers (opaque, code, remark, ext(answer)) and whether
     it closed the connection."""
@@ -249,6 +247,9 @@ def one_connection(broker: Any, raw: bytes, ext: Callable[[Any], Any]) -> tuple[
     conn.close = lambda c=closed: c.append(True)  # type: ignore[method-assign]
     conn.data_received(raw)
     return [(c.opaque, c.code, c.remark, ext(c)) for c in tr.frames], bool(closed)
+
+
+@pytest.mark.parametrize(("flush", "binary"), [("ASYNC_FLUSH", 0.0), ("SYNC_FLUSH", 0.0), ("ASYNC_FLUSH", 0.5)])
 
 async def test_lane_stores_and_answers_exactly_like_the_python_path(tmp_path: Path, flush: str, binary: float) -> None:
     frames = mixed_stream(11, 600, binary)
