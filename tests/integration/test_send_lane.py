@@ -250,7 +250,6 @@ def one_connection(broker: Any, raw: bytes, ext: Callable[[Any], Any]) -> tuple[
 
 
 @pytest.mark.parametrize(("flush", "binary"), [("ASYNC_FLUSH", 0.0), ("SYNC_FLUSH", 0.0), ("ASYNC_FLUSH", 0.5)])
-
 async def test_lane_stores_and_answers_exactly_like_the_python_path(tmp_path: Path, flush: str, binary: float) -> None:
     frames = mixed_stream(11, 600, binary)
     (a, ca, ta), (b, cb, tb) = [await start_broker(tmp_path / name, lane, flush_disk_type=flush)
