@@ -37,7 +37,25 @@ COUNTERS: tuple[tuple[str, str, str, Callable[[HostedBroker], int]], ...] = (
      lambda b: b.ha_status()["replicaTimeouts"]),
     ("rocketmq_ha_slave_connected", "gauge", "1 while a slave is connected to its master's HA port",
      lambda b: int(bool(b.ha_status().get("connected")))),
+    ("rocketmq_tiered_end_offset", "gauge", "Tiered storage: commit-log offset below which the tier holds everything",
+     lambda b: _tier(b, "manifest", "end")),
+    ("rocketmq_tiered_min_offset", "gauge", "Tiered storage: the lowest commit-log offset the tier still holds",
+     lambda b: _tier(b, "manifest", "minOffset")),
+    ("rocketmq_tiered_uploaded_bytes_total", "counter", "Tiered storage: bytes this broker uploaded as master",
+     lambda b: _tier(b, "uploadedBytes")),
+    ("rocketmq_tiered_read_fetches_total", "counter", "Tiered storage: chunks fetched from the tier for reads",
+     lambda b: _tier(b, "reader", "fetches")),
+    ("rocketmq_tiered_fenced", "gauge", "Tiered storage: 1 when a higher epoch owns the tier (uploads stopped)",
+     lambda b: int(bool(_tier(b, "fenced")))),
 )
+
+
+def _tier(b: HostedBroker, *path: str) -> int:
+    """A figure of the broker's tiered-storage status (0 when tiering is off)."""
+    v: object = b.ha_status().get("tiered") or {}
+    for k in path:
+        v = v.get(k) if isinstance(v, dict) else None
+    return v if isinstance(v, int) else (1 if isinstance(v, str) and v else 0)
 
 
 def escape_label(v: str) -> str:

@@ -31,6 +31,18 @@ def latest_manifest(backend: Any) -> Manifest:
     return Manifest.decode(backend.get(names[-1])) if names else Manifest()
 
 
+def scrape(cluster: Cluster) -> dict[str, float]:
+    """broker-a's series on the container's /metrics (its port from the boot line)."""
+    import re
+    import urllib.request
+
+    assert cluster.daemon is not None
+    m = wait_for(lambda: re.search(r"metrics port (\d+)", cluster.daemon.output()), 30, "the boot line")  # type: ignore[union-attr]
+    text = urllib.request.urlopen(f"http://127.0.0.1:{m.group(1)}/metrics", timeout=10).read().decode()
+    return {line.split("{")[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+            if line.startswith("rocketmq_tiered") and "broker-a" in line}  # fmt: skip
+
+
 def local_segments(store: pathlib.Path) -> list[int]:
     return sorted(int(p.name) for p in (store / "commitlog").iterdir() if p.name.isdigit())
 
@@ -72,6 +84,9 @@ def test_old_data_is_consumed_from_the_tier_byte_identical(tmp_path: pathlib.Pat
             assert view.code == 0 and view.body == q.body[:size]
             ts = rpc(cluster.broker_addr(), 29, {"topic": "TierTopic", "queueId": "0", "timestamp": "0"})
             assert ts.code == 0 and int(ts.ext["offset"]) == 0
+            metrics = scrape(cluster)  # the tier's progress and reads on /metrics
+            assert metrics["rocketmq_tiered_end_offset"] == latest_manifest(backend).end
+            assert metrics["rocketmq_tiered_read_fetches_total"] > 0 and metrics["rocketmq_tiered_fenced"] == 0
             status = orjson.loads(rpc(cluster.broker_addr(), 28).body)
             assert status  # the broker answers runtime info with the tier attached
         finally:
