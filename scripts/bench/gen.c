@@ -33,7 +33,7 @@
 #define MAX_CODES 64
 
 typedef struct { char *p; size_t len, cap, off; } buf_t;
-typedef struct { int fd; buf_t out, in; long inflight; } conn_t;
+typedef struct { int fd; buf_t out, in; long inflight; int want_out; } conn_t;
 typedef struct { char *data; size_t len; size_t opq_at, uniq_at, ts_at; } tmpl_t;
 
 static double now_mono(void) {
@@ -153,6 +153,8 @@ static int connect_to(const char *host, const char *port) {
 }
 
 static void set_events(int ep, conn_t *c, int want_out) {
+    if (c->want_out == want_out) return; /* no epoll_ctl per send batch */
+    c->want_out = want_out;
     struct epoll_event ev = {.events = EPOLLIN | (want_out ? EPOLLOUT : 0), .data.ptr = c};
     epoll_ctl(ep, EPOLL_CTL_MOD, c->fd, &ev);
 }
