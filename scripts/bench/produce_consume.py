@@ -2,8 +2,12 @@
 """Benchmark: produce/consume throughput of mqbrokercontainer vs the Python transport ceiling, in one run.
 
 Starts the daemon (ASYNC_FLUSH, then SYNC_FLUSH) and a minimal remoting server, drives each with the same
-pipelined load generator process (scripts/bench/loadgen.py), prints one JSON document.
+pipelined load generator process (scripts/bench/loadgen.py), prints one JSON document. On each broker it then
+finds the saturation point with the compiled generator (scripts/bench/gen.c: the same json_uniq frames, closed
+loop, each connections x in-flight setting of --cgen-grid in turn, on a topic of its own) and reports it next to
+the Python generator's figure of the same run.
 Usage: .venv/bin/python scripts/bench/produce_consume.py [--total N] [--conns C] [--inflight K]
+       [--cgen-grid 1x16,4x64,8x128,16x256 | --cgen-grid '']
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import urllib.request
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from scripts.bench import cgen  # noqa: E402
 from tests.support import Cluster, Daemon, can_connect, free_port, rpc, wait_for  # noqa: E402
 
 PY = sys.executable
@@ -53,9 +58,32 @@ def broker_run(args: argparse.Namespace, tmp: pathlib.Path, flush: str) -> dict[
         res: dict[str, object] = {"produce": loadgen("produce", c.broker_addr(), args, "BenchTopic", args.total)}
         if flush == "ASYNC_FLUSH":
             res["consume"] = loadgen("consume", c.broker_addr(), args, "BenchTopic", args.total)
+        if args.cgen_grid:
+            res["saturation_cgen"] = saturation(c.broker_addr(), args, res["produce"])  # type: ignore[arg-type]
         return res
     finally:
         c.stop()
+
+
+def saturation(addr: str, args: argparse.Namespace, python: dict[str, object]) -> dict[str, object]:
+    """The compiled generator, closed loop, at each conns x in-flight setting of --cgen-grid (a fresh topic each):
+    msg/s and latency per setting, the best, and its ratio to the Python generator's msg/s (``python``)."""
+    if cgen.build() is None:
+        return {"skipped": "no C compiler to build scripts/bench/gen.c"}
+    rows = []
+    for setting in args.cgen_grid.split(","):
+        conns, inflight = (int(x) for x in setting.split("x"))
+        topic = f"Sat{conns}x{inflight}"
+        assert rpc(addr, 17, {"topic": topic, "readQueueNums": "8", "writeQueueNums": "8"}).code == 0
+        r = cgen.run(addr, topic, conns=conns, inflight=inflight, total=args.total, body=args.body)
+        lat = r["latency"]
+        assert isinstance(lat, dict)
+        rows.append({"conns": conns, "inflight_per_conn": inflight, "msg_per_s": r["msg_per_s"],
+                     "acked": r["acked"], "errors": r["errors"], "p50_ms": lat["p50_ms"], "p99_ms": lat["p99_ms"],
+                     "p99.9_ms": lat["p99.9_ms"], "max_ms": lat["max_ms"]})  # fmt: skip
+    best = max(rows, key=lambda r: float(r["msg_per_s"]))
+    return {"settings": rows, "best": best, "python_msg_per_s": python["msg_per_s"],
+            "best_to_python": round(float(best["msg_per_s"]) / float(python["msg_per_s"]), 3)}  # type: ignore[arg-type]
 
 
 def lane_counters(c: Cluster) -> dict[str, int]:
@@ -114,6 +142,8 @@ def main() -> int:
     ap.add_argument("--conns", type=int, default=4)
     ap.add_argument("--inflight", type=int, default=64)
     ap.add_argument("--body", type=int, default=1024)
+    ap.add_argument("--cgen-grid", default="1x16,4x64,8x128,16x256",
+                    help="conns x in-flight settings for the compiled generator's saturation search ('' skips it)")
     ap.add_argument("--shapes", action="store_true", help="every send shape side by side instead (ASYNC and SYNC)")
     ap.add_argument("--gens", type=int, default=2, help="--shapes: generator processes per shape")
     args = ap.parse_args()

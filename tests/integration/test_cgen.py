@@ -1,0 +1,97 @@
+"""The compiled load generator (scripts/bench/gen.c) against a real broker: every send it reports acknowledged is
+stored (the broker's max offsets add up to its count), each with its own UNIQ_KEY, and the stored messages look
+like the ones the Python generator (loadgen.py, json_uniq shape) sends: same properties, body, flags."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import shutil
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from brokerd.message import decode_records
+from scripts.bench import cgen
+from tests.support import Cluster, rpc
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.skipif(shutil.which("gcc") is None and shutil.which("cc") is None,
+                                reason="no C compiler (gcc/cc) to build scripts/bench/gen.c")
+QUEUES = 8
+
+
+def create_topic(addr: str, topic: str) -> None:
+    assert rpc(addr, 17, {"topic": topic, "readQueueNums": str(QUEUES), "writeQueueNums": str(QUEUES)}).code == 0
+
+
+def stored(addr: str, topic: str) -> list[Any]:
+    """Every message of the topic, pulled queue by queue from offset 0 up to the queue's max offset."""
+    out = []
+    for q in range(QUEUES):
+        top = int(rpc(addr, 30, {"topic": topic, "queueId": str(q)}).ext["offset"])
+        off = 0
+        while off < top:
+            r = rpc(addr, 11, {"consumerGroup": "cgen_cg", "topic": topic, "queueId": str(q), "queueOffset": str(off),
+                               "maxMsgNums": "256", "sysFlag": "4", "commitOffset": "0", "suspendTimeoutMillis": "0",
+                               "subscription": "*", "subVersion": "0"})  # fmt: skip
+            assert r.code == 0, r
+            msgs = decode_records(r.body)
+            out += msgs
+            off = int(r.ext["nextBeginOffset"])
+    return out
+
+
+def shape(m: Any) -> dict[str, Any]:
+    return {"topic": m.topic, "props": sorted(k for k in m.properties if k not in ("MIN_OFFSET", "MAX_OFFSET")),
+            "tags": m.tags, "wait": m.properties.get("WAIT"), "body_len": len(m.body), "flag": m.flag,
+            "sys_flag": m.sys_flag, "uniq_len": len(m.properties.get("UNIQ_KEY", ""))}
+
+
+def test_every_send_the_compiled_generator_counts_as_acked_is_stored_like_the_python_generators(
+        tmp_path: pathlib.Path) -> None:
+    c = Cluster(tmp_path, brokers=1).start()
+    try:
+        addr = c.broker_addr()
+        create_topic(addr, "CGen")
+        create_topic(addr, "PyGen")
+        res = cgen.run(addr, "CGen", timeout=60, conns=4, inflight=16, total=2000, body=128, queues=QUEUES)
+        assert res["sent"] == res["answered"] == res["acked"] == 2000, res
+        assert res["errors"] == {} and res["unmatched"] == 0 and res["timed_out"] is False, res
+        lat = res["latency"]
+        assert isinstance(lat, dict) and lat["count"] == 2000
+        assert 0 < lat["p50_ms"] <= lat["p90_ms"] <= lat["p99_ms"] <= lat["p99.9_ms"] <= lat["max_ms"], lat
+        maxes = [int(rpc(addr, 30, {"topic": "CGen", "queueId": str(q)}).ext["offset"]) for q in range(QUEUES)]
+        assert sum(maxes) == res["acked"] and min(maxes) == max(maxes) == 2000 // QUEUES, maxes
+
+        py = subprocess.run([sys.executable, "-m", "scripts.bench.loadgen", "produce", "--addr", addr, "--topic",
+                             "PyGen", "--conns", "1", "--inflight", "8", "--total", "16", "--body", "128",
+                             "--queues", str(QUEUES)], cwd=ROOT, capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
+        assert json.loads(py.stdout.strip().splitlines()[-1])["errors"] == 0
+        c_msgs, py_msgs = stored(addr, "CGen"), stored(addr, "PyGen")
+        assert len(c_msgs) == 2000 and len({m.properties["UNIQ_KEY"] for m in c_msgs}) == 2000
+        py_shape = {k: v for k, v in shape(py_msgs[0]).items() if k != "topic"}
+        assert all({k: v for k, v in shape(m).items() if k != "topic"} == py_shape for m in c_msgs), \
+            (shape(c_msgs[0]), py_shape)
+    finally:
+        c.stop()
+
+
+def test_open_loop_sends_on_schedule_and_reports_its_own_lateness(tmp_path: pathlib.Path) -> None:
+    c = Cluster(tmp_path, brokers=1).start()
+    try:
+        addr = c.broker_addr()
+        create_topic(addr, "COpen")
+        out = tmp_path / "lat.bin"
+        res = cgen.run(addr, "COpen", timeout=60, conns=2, rate=2000, seconds=0.5, body=64, queues=QUEUES,
+                       lat_out=out)
+        assert res["mode"] == "open" and res["sent"] == res["acked"] == 1000, res
+        assert out.stat().st_size == 1000 * 8  # one latency (a double) per answered send
+        late = res["gen_late"]
+        assert isinstance(late, dict) and 0 <= late["p99_ms"] <= late["max_ms"], late
+        maxes = [int(rpc(addr, 30, {"topic": "COpen", "queueId": str(q)}).ext["offset"]) for q in range(QUEUES)]
+        assert sum(maxes) == 1000
+    finally:
+        c.stop()
