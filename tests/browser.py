@@ -90,7 +90,7 @@ class Page:
             if time.monotonic() > deadline:
                 raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last}); "
                                      f"page errors: {self.errors}")
-            await asyncio.sleep(0.1)
+            await asyncio.sleep(0.1)  # sleep-ok: polling a condition with a deadline
 
     async def goto(self, url: str) -> None:
         await self.send("Page.navigate", {"url": url})
@@ -139,7 +139,7 @@ class Chromium:
             elif self.proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"chromium did not start: {log.read_text(errors='replace')[-2000:]}")
             else:
-                await asyncio.sleep(0.1)
+                await asyncio.sleep(0.1)  # sleep-ok: polling a condition with a deadline
         return self
 
     async def new_page(self) -> Page:

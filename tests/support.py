@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import pathlib
@@ -78,6 +79,15 @@ def wait_for(cond: Callable[[], Any], timeout: float, what: str, interval: float
             last_exc = e
         time.sleep(interval)  # sleep-ok: polling interval of a deadline-bounded wait
     raise AssertionError(f"timed out after {timeout}s waiting for {what}" + (f" (last error: {last_exc!r})" if last_exc else ""))
+
+
+async def until(cond: Callable[[], object], what: str, timeout: float = 10.0, interval: float = 0.01) -> None:
+    """``wait_for`` for coroutines: poll ``cond`` on the running loop until it is truthy, failing after ``timeout``."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not cond():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(interval)  # sleep-ok: polling interval of a deadline-bounded wait
 
 
 def can_connect(port: int) -> bool:

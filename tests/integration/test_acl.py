@@ -172,8 +172,8 @@ def test_mqadmin_signs_with_its_credentials(cluster: Cluster, tmp_path: pathlib.
 
 def test_config_blacklist_secret_masking_and_name_validation(cluster: Cluster) -> None:
     addr = cluster.broker_addr()
-    for key, value in (("storePathRootDir", "/tmp/elsewhere"), ("haMasterAddress", "10.0.0.9:10912"),  # noqa: S108
-                       ("aclEnable", "false"), ("aclFilePath", "/tmp/open.yml"), ("namesrvAddr", "10.0.0.9:9876")):  # noqa: S108
+    for key, value in (("storePathRootDir", "/tmp/elsewhere"), ("haMasterAddress", "10.0.0.9:10912"),  # noqa: S108  # port-ok: values refused, nothing binds
+                       ("aclEnable", "false"), ("aclFilePath", "/tmp/open.yml"), ("namesrvAddr", "10.0.0.9:9876")):  # noqa: S108  # port-ok: values refused, nothing binds
         r = rpc(addr, 25, body=f"{key}={value}\n".encode(), creds=ADMIN)
         assert r.code == 16 and key in (r.remark or ""), (key, r.code, r.remark)
     r = rpc(addr, 26, creds=ADMIN)

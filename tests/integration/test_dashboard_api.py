@@ -115,10 +115,10 @@ async def test_history_samples_the_counters(admin_server: tuple[str, FakeBroker]
         deadline = asyncio.get_running_loop().time() + 10
         while not await rates(s):  # the sampler (every 50 ms here) has taken two samples
             assert asyncio.get_running_loop().time() < deadline
-            await asyncio.sleep(0.02)
+            await asyncio.sleep(0.02)  # sleep-ok: polling a condition with a deadline
         b.stats.msgs_in += 100
         while not any((v or 0) > 0 for v in await rates(s)):  # the increase shows as a rate
             assert asyncio.get_running_loop().time() < deadline
-            await asyncio.sleep(0.02)
+            await asyncio.sleep(0.02)  # sleep-ok: polling a condition with a deadline
         async with s.get(base + "/api/errors") as r:
             assert set(await r.json()) == {"total", "entries"}

@@ -10,9 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import pathlib
-import time
 import urllib.request
-from collections.abc import Callable
 
 import pytest
 
@@ -20,7 +18,7 @@ from container.config import ContainerConfig
 from container.host import BrokerContainer
 from tests.browser import Chromium, chromium_path, open_page, publish_screenshots
 from tests.integration.test_dashboard import parse_metrics
-from tests.support import ClientRun, arpc, broker_port, write_broker_conf
+from tests.support import ClientRun, arpc, broker_port, until, write_broker_conf
 
 pytestmark = [pytest.mark.integration,
               pytest.mark.skipif(chromium_path() is None,
@@ -41,14 +39,6 @@ class FakeAdmins:
 
 async def fetch_text(url: str) -> str:
     return await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=10).read().decode())
-
-
-async def until(cond: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.1)
 
 
 async def test_dashboard_pages_in_chromium_while_producing(tmp_path: pathlib.Path) -> None:
@@ -76,13 +66,13 @@ async def pages_in_chromium_while_producing(tmp_path: pathlib.Path) -> None:
                                       "commitOffset": "0"})).code == 0
         consumer = ClientRun("push", {"NAMESRV": c.namesrv_addrs[0], "TOPIC": topic, "GROUP": "G_browser",
                                       "COUNT": 10**6, "TIMEOUT": 120}, tmp_path / "consumer")
-        await until(lambda: "G_browser" in c.brokers[ident].broker.consumers.groups, 60, "the consumer registered")
+        await until(lambda: "G_browser" in c.brokers[ident].broker.consumers.groups, "the consumer registered", 60)
         producer = ClientRun("produce", {"NAMESRV": c.namesrv_addrs[0], "TOPIC": topic, "COUNT": 300,
                                          "PACE_MS": 15}, tmp_path / "producer")
         await browser.start()
         page = await browser.new_page()
-        await until(lambda: len(producer.rows) > 20 and len(consumer.received()) > 5, 60,
-                    "the producer sending and the consumer receiving")
+        await until(lambda: len(producer.rows) > 20 and len(consumer.received()) > 5,
+                    "the producer sending and the consumer receiving", 60)
 
         await open_page(page, base, "overview", shots)
         await page.wait_for(f"document.querySelector('[data-role=\"{ident}\"]')?.textContent === 'MASTER'", 10,
@@ -120,8 +110,8 @@ async def pages_in_chromium_while_producing(tmp_path: pathlib.Path) -> None:
         # once the producer is done, the page's figures settle on exactly the scrape's
         code, rows = await asyncio.to_thread(producer.wait, 120)
         assert code == 0, rows[-3:]
-        await until(lambda: len({d["props"]["seq"] for d in consumer.received()}) >= 300, 60,
-                    "the consumer received every message")
+        await until(lambda: len({d["props"]["seq"] for d in consumer.received()}) >= 300,
+                    "the consumer received every message", 60)
         await page.goto(f"{base}/dashboard/#overview")
         metrics = parse_metrics(await fetch_text(base + "/metrics"))
         want = {name: int(v) for (name, labels), v in metrics.items() if labels == (("broker", ident),)}

@@ -5,10 +5,9 @@ suggestWhichBrokerId of spec §2.3."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,7 @@ from brokerd.ha.metasync import SlaveMetadataSync
 from brokerd.metadata import SubscriptionGroupConfig
 from brokerd.processors import pull as pull_processor
 from brokerd.remoting import RemotingClient, RemotingCommand, RemotingServer, request
-from tests.support import broker_port
+from tests.support import broker_port, until
 
 pytestmark = pytest.mark.integration
 
@@ -109,14 +108,6 @@ async def client() -> AsyncIterator[RemotingClient]:
 async def call(client: RemotingClient, addr: str, code: int, ext: dict[str, str] | None = None,
                body: bytes | None = None) -> RemotingCommand:
     return await client.invoke(addr, request(code, ext or {}, body), 5.0)
-
-
-async def until(cond: Callable[[], object], what: str, timeout: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not cond():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)  # sleep-ok: polling a condition with a deadline
 
 
 def commit(group: str, topic: str, qid: int, offset: int) -> dict[str, str]:

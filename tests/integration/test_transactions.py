@@ -18,6 +18,7 @@ from brokerd.remoting import RemotingClient, RemotingCommand, encode, request
 from brokerd.remoting.connection import Connection
 from brokerd.store.message_store import GetMessageStatus
 from tests.integration.test_send_lane import Transport, start_broker
+from tests.support import until
 
 TOPIC = "LaneA"
 GROUP = "PG_txn"
@@ -49,14 +50,6 @@ def visible(b: Broker) -> list[str]:
         if r.status == GetMessageStatus.FOUND:
             out += [m.decode_record(buf)[0].properties["UNIQ_KEY"] for buf in r.buffers]
     return sorted(out)
-
-
-async def until(cond: object, what: str, timeout: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not cond():  # type: ignore[operator]
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)  # sleep-ok: polling a condition with a deadline
 
 
 def register_producer(conn: Connection) -> None:

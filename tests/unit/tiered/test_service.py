@@ -5,7 +5,6 @@ and serves the whole range."""
 
 from __future__ import annotations
 
-import asyncio
 import pathlib
 from typing import Any
 
@@ -14,18 +13,12 @@ from brokerd.tiered.backend import PosixBackend
 from brokerd.tiered.config import TierConfig
 from brokerd.tiered.manifest import MANIFEST_PREFIX, Manifest
 from brokerd.tiered.service import TieredService
+from tests.support import until
 from tests.unit.store.conftest import make_msg
 
 SEG = 64 * 1024
 CFG = TierConfig(segment_size=SEG, chunk_bytes=SEG, upload_interval_ms=10)
 HOST = ("127.0.0.1", 10911)
-
-
-async def until(cond: Any, what: str, timeout: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not cond():
-        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.01)  # sleep-ok: polling a condition with a deadline
 
 
 def fill(store: MessageStore, n: int, start: int = 0) -> None:
