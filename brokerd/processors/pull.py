@@ -14,12 +14,11 @@ from brokerd.clients import SubscriptionData
 from brokerd.filter import FilterError, compile_filter, is_tag_type, not_supported_remark, record_matcher
 from brokerd.metadata.subscription import SubscriptionGroupConfig
 from brokerd.metadata.topic import PERM_READ
-from brokerd.processors.tier_reads import retry_after_fetch
+from brokerd.processors.tier_reads import answer_read
 from brokerd.remoting.codes import ResponseCode
 from brokerd.remoting.command import RemotingCommand
 from brokerd.remoting.connection import Connection
 from brokerd.store.message_store import GetMessageResult, GetMessageStatus
-from brokerd.store.tier import TierMiss
 
 if TYPE_CHECKING:
     from brokerd.context import BrokerContext
@@ -172,11 +171,8 @@ class PullProcessor:
 
     def process(self, conn: Connection, cmd: RemotingCommand) -> object:
         h = parse_pull_header(cmd)
-        try:
-            with self.broker.store.tier_nowait():
-                return self._answer(conn, cmd, h)
-        except TierMiss as miss:  # old data in the tier: answered once the chunk is fetched (off the loop)
-            return retry_after_fetch(self.broker.store, miss, lambda: self._answer(conn, cmd, h))
+        # old data in the tier: answered once its chunk is fetched (off the loop)
+        return answer_read(self.broker.store, lambda: self._answer(conn, cmd, h))
 
     def _answer(self, conn: Connection, cmd: RemotingCommand, h: PullHeader) -> object:
         res = self.execute(conn, cmd, h, allow_suspend=True)

@@ -3,19 +3,24 @@ must be fetched first, the answer comes from a task that fetches it off the even
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+import asyncio
+from collections.abc import Callable
+from typing import TypeVar
 
-from brokerd.remoting.command import RemotingCommand
 from brokerd.store.message_store import MessageStore
 from brokerd.store.tier import TierMiss
 
 T = TypeVar("T")
 
 
+def _same(v: object) -> object:
+    return v
+
+
 def answer_read(store: MessageStore, read: Callable[[], T],
-                answer: Callable[[T], RemotingCommand]) -> RemotingCommand | Awaitable[RemotingCommand]:  # fmt: skip
-    """``answer(read())`` now, or an awaitable of it when ``read`` needs tier chunks that are not cached."""
+                answer: Callable[[T], object] = _same) -> object:  # fmt: skip
+    """``answer(read())`` now (``read`` may be a request handler's whole body), or an awaitable of it when ``read``
+    needs tier chunks that are not cached."""
     try:
         with store.tier_nowait():
             return answer(read())
@@ -24,18 +29,9 @@ def answer_read(store: MessageStore, read: Callable[[], T],
 
 
 async def _after_fetch(store: MessageStore, miss: TierMiss, read: Callable[[], T],
-                       answer: Callable[[T], RemotingCommand]) -> RemotingCommand:  # fmt: skip
+                       answer: Callable[[T], object]) -> object:  # fmt: skip
     await miss.fetch()
-    return answer(await store.read_async(read))
-
-
-async def retry_after_fetch(store: MessageStore, miss: TierMiss, attempt: Callable[[], Any]) -> Any:
-    """Run ``attempt`` (a request handler's body, its store reads raising TierMiss) until the tier chunks it needs
-    are cached; returns what it returns."""
-    while True:
-        await miss.fetch()
-        try:
-            with store.tier_nowait():
-                return attempt()
-        except TierMiss as again:
-            miss = again
+    res = answer(await store.read_async(read))
+    if isinstance(res, asyncio.Future):  # a parked long poll: its answer comes later
+        res = await res
+    return res
