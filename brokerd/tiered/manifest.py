@@ -123,27 +123,32 @@ class Manifest:
 
     # ------------------------------------------------------------------ transitions (pure)
 
+    def _next(self, epoch: int, now_ms: int, **changes: Any) -> Manifest:
+        """The next version, written at ``epoch``: refused (Fenced) on top of a higher epoch."""
+        if epoch < self.epoch:
+            raise Fenced(self.epoch, epoch)
+        return replace(self, version=self.version + 1, epoch=epoch, created_ms=now_ms, **changes)
+
     def claimed(self, epoch: int, broker_id: int, epochs: list[tuple[int, int]], now_ms: int) -> Manifest:
         """The next version, written by a new master to fence older ones before it uploads."""
-        if epoch < self.epoch:
-            raise Fenced(self.epoch, epoch)
-        return replace(self, version=self.version + 1, epoch=epoch, broker_id=broker_id,
-                       epochs=tuple(_epochs_below(epochs, self.end)), created_ms=now_ms)  # fmt: skip
+        return self._next(epoch, now_ms, broker_id=broker_id, epochs=tuple(_epochs_below(epochs, self.end)))
 
     def appended(self, chunk: Chunk, epoch: int, epochs: list[tuple[int, int]], now_ms: int) -> Manifest:
-        if epoch < self.epoch:
-            raise Fenced(self.epoch, epoch)
-        if chunk.start != self.end and self.chunks:
+        nxt = self._next(epoch, now_ms, chunks=(*self.chunks, chunk), epochs=tuple(_epochs_below(epochs, chunk.end)))
+        if self.chunks and chunk.start != self.end:
             raise ValueError(f"chunk at {chunk.start} does not continue the tier at {self.end}")
-        return replace(self, version=self.version + 1, epoch=epoch, chunks=(*self.chunks, chunk),
-                       epochs=tuple(_epochs_below(epochs, chunk.end)), created_ms=now_ms)  # fmt: skip
+        return nxt
 
     def trimmed(self, keep_from: int, epoch: int, now_ms: int) -> Manifest:
         """The tier's own retention: drop whole chunks ending at or below ``keep_from``."""
-        if epoch < self.epoch:
-            raise Fenced(self.epoch, epoch)
-        return replace(self, version=self.version + 1, epoch=epoch,
-                       chunks=tuple(c for c in self.chunks if c.end > keep_from), created_ms=now_ms)  # fmt: skip
+        return self._next(epoch, now_ms, chunks=tuple(c for c in self.chunks if c.end > keep_from))
+
+    def check(self, c: Chunk, data: bytes) -> bytes:
+        """``data`` fetched for chunk ``c``; OSError when it is not what this manifest lists."""
+        if len(data) != c.end - c.start or crc_of(data) != c.crc:
+            raise OSError(f"tier chunk {c.name}: {len(data)} bytes, crc {crc_of(data)}; manifest {self.version} "
+                          f"says {c.end - c.start} bytes, crc {c.crc}")  # fmt: skip
+        return data
 
     def to_dict(self) -> dict[str, Any]:
         return {"version": self.version, "epoch": self.epoch, "brokerId": self.broker_id, "minOffset": self.min_offset,

@@ -17,7 +17,7 @@ import structlog
 
 from brokerd.store.tier import TierMiss
 from brokerd.tiered.backend import TierBackend
-from brokerd.tiered.manifest import Chunk, Manifest, crc_of
+from brokerd.tiered.manifest import Chunk, Manifest
 
 
 class TierReader:
@@ -72,10 +72,7 @@ class TierReader:
 
     def _get(self, c: Chunk) -> bytes:
         t0 = time.perf_counter()
-        data = self.backend.get(c.name)
-        if len(data) != c.end - c.start or crc_of(data) != c.crc:
-            raise OSError(f"tier chunk {c.name}: {len(data)} bytes, crc {crc_of(data)}; manifest says "
-                          f"{c.end - c.start} bytes, crc {c.crc}")  # fmt: skip
+        data = self.manifest.check(c, self.backend.get(c.name))
         self.fetch_ms_total += (time.perf_counter() - t0) * 1000
         return data
 
