@@ -13,6 +13,7 @@ import orjson
 import pytest
 
 from brokerd.tiered.manifest import MANIFEST_PREFIX, Manifest
+from tests.integration.test_ha import bodies
 from tests.support import ClientRun, Cluster, rpc, wait_for
 from tests.tier_support import backend_of, tier_conf
 
@@ -170,20 +171,7 @@ def test_failover_resume_fencing_and_empty_slave_bootstrap(tmp_path: pathlib.Pat
                      "the wiped slave caught up")  # fmt: skip
             assert int(runtime(old)["tieredBootstrappedBytes"]) >= tier_end
             for q in range(4):
-                assert read_all(old, "T_tier", q) == read_all(new, "T_tier", q)
-            assert sum(len(read_all(old, "T_tier", q)) for q in range(4)) == 800
+                assert bodies(old, "T_tier", q) == bodies(new, "T_tier", q)
+            assert sum(len(bodies(old, "T_tier", q)) for q in range(4)) == 800
         finally:
             cl.stop()
-
-
-def read_all(addr: str, topic: str, qid: int) -> list[bytes]:
-    from brokerd.message import decode_records
-
-    out: list[bytes] = []
-    while True:
-        r = rpc(addr, 11, {"consumerGroup": "G_tier", "topic": topic, "queueId": str(qid),
-                           "queueOffset": str(len(out)), "maxMsgNums": "32", "sysFlag": "4", "commitOffset": "0",
-                           "suspendTimeoutMillis": "0", "subscription": "*", "subVersion": "0"})  # fmt: skip
-        if r.code != 0:
-            return out
-        out += [msg.body for msg in decode_records(r.body)]

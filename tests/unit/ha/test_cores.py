@@ -130,14 +130,21 @@ def test_shrink_drops_a_connected_member_that_stopped_catching_up() -> None:
     assert t > cfg.ha_max_time_slave_not_catchup_ms
 
 
-def test_an_idle_member_holding_everything_stays_in_the_set_between_its_reports() -> None:
-    """haMaxTimeSlaveNotCatchup shorter than the slave's idle report interval: no data, nothing to catch up."""
+def _idle_pair() -> tuple[HAMaster, Link]:
+    """A master and its slave, both in the sync state set, the slave holding everything; haMaxTimeSlaveNotCatchup
+    (3 s) shorter than the slave's idle report interval (5 s)."""
     cfg = HAConfig(ha_transfer_batch_size=64, transfer_window_bytes=256, ha_max_time_slave_not_catchup_ms=3000,
                    check_sync_state_set_period_ms=1000, ha_send_heartbeat_interval_ms=5000)  # fmt: skip
     master = HAMaster(cfg, _master_log((1, b"x" * 10)), 1, 1, frozenset({1, 2}), 1, 0)
     link = _link(master, HASlave(cfg, MemoryLog(), 2, 0))
     link.connect(0)
     master.on_sync_state_set(frozenset({1, 2}), 2, 0)
+    return master, link
+
+
+def test_an_idle_member_holding_everything_stays_in_the_set_between_its_reports() -> None:
+    """haMaxTimeSlaveNotCatchup shorter than the slave's idle report interval: no data, nothing to catch up."""
+    master, link = _idle_pair()
     for t in range(1000, 30_000, 1000):  # idle, the connection alive, a report only every 5 s
         out = master.tick(t)
         assert not [a for a in out if isinstance(a, AlterSyncStateSet)], t
@@ -148,12 +155,7 @@ def test_an_idle_member_holding_everything_stays_in_the_set_between_its_reports(
 def test_the_first_write_after_a_long_idle_time_does_not_shrink_a_member_that_held_everything() -> None:
     """Idle for a minute, then a write: the member gets haMaxTimeSlaveNotCatchup from that write to catch up, and
     is dropped only when it does not."""
-    cfg = HAConfig(ha_transfer_batch_size=64, transfer_window_bytes=256, ha_max_time_slave_not_catchup_ms=3000,
-                   check_sync_state_set_period_ms=1000, ha_send_heartbeat_interval_ms=5000)  # fmt: skip
-    master = HAMaster(cfg, _master_log((1, b"x" * 10)), 1, 1, frozenset({1, 2}), 1, 0)
-    link = _link(master, HASlave(cfg, MemoryLog(), 2, 0))
-    link.connect(0)
-    master.on_sync_state_set(frozenset({1, 2}), 2, 0)
+    master, link = _idle_pair()
     for t in range(500, 60_000, 500):  # idle; the master's checks run between the slave's 5 s reports
         link.pump(master.tick(t), t)
         link.pump(link.s.tick(t), t, from_master=False)
