@@ -34,6 +34,7 @@ import orjson
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from scripts.bench.ha_common import process_cpu_s  # noqa: E402
 from tests.support import Cluster, rpc  # noqa: E402
 
 PY = sys.executable
@@ -54,8 +55,7 @@ ACL_YML = f"""accounts:
 def cpu_seconds(c: Cluster) -> float:
     """The container process's user + system CPU time so far (/proc/<pid>/stat)."""
     assert c.daemon is not None and c.daemon.proc is not None
-    fields = pathlib.Path(f"/proc/{c.daemon.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return process_cpu_s(c.daemon.proc.pid)
 
 
 def measured(c: Cluster, args: argparse.Namespace, signed: bool) -> dict[str, object]:

@@ -136,6 +136,13 @@ async def wait_until(cond: Callable[[], Awaitable[Any]], timeout: float, what: s
         await asyncio.sleep(interval)
 
 
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds process ``pid`` used so far (/proc/<pid>/stat)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def pid_of(cl: HACluster, c: int) -> int:
     proc = cl.daemons[c].proc
     assert proc is not None

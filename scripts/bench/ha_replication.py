@@ -21,6 +21,7 @@ from scripts.bench.ha_common import (
     max_offset,
     pct,
     pid_of,
+    process_cpu_s,
     runtime,
     send_command,
     stop_cluster,
@@ -138,12 +139,9 @@ async def throughput_one(cl: HACluster, replicas: int, a: Any) -> dict[str, Any]
 def cpu_seconds(cl: HACluster) -> dict[str, float]:
     """CPU time (user + system) of each container process so far, and of the bench's finished children (the
     load generators: waited for, so counted in RUSAGE_CHILDREN)."""
-    tick = os.sysconf("SC_CLK_TCK")
     out: dict[str, float] = {}
     for c in sorted(cl.daemons):
-        with open(f"/proc/{pid_of(cl, c)}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        out["master_container" if c == 0 else f"slave_container_{c}"] = (int(fields[11]) + int(fields[12])) / tick
+        out["master_container" if c == 0 else f"slave_container_{c}"] = process_cpu_s(pid_of(cl, c))
     ru = resource.getrusage(resource.RUSAGE_CHILDREN)
     out["loadgen"] = ru.ru_utime + ru.ru_stime
     return out
@@ -210,7 +208,7 @@ async def catchup_run(cl: HACluster, a: Any) -> dict[str, Any]:
         t0 = time.monotonic()
         cl.start_container(1)
         marks: dict[str, float] = {}
-        await wait_until(lambda: _catchup_marks(cli, slave, target, t0, marks), 300, "the slave caught up", 0.02)
+        await wait_until(lambda: catchup_marks(cli, slave, target, t0, marks), 300, "the slave caught up", 0.02)
 
         async def queues_done() -> bool:
             return all([await max_offset(cli, slave, "CatchUp", q) == v for q, v in queues.items()])
@@ -227,7 +225,7 @@ async def catchup_run(cl: HACluster, a: Any) -> dict[str, Any]:
         await cli.close()
 
 
-async def _catchup_marks(cli: RemotingClient, slave: str, target: int, t0: float, marks: dict[str, float]) -> bool:
+async def catchup_marks(cli: RemotingClient, slave: str, target: int, t0: float, marks: dict[str, float]) -> bool:
     rt = await runtime(cli, slave, 0.5)
     if rt is None:
         return False

@@ -33,25 +33,19 @@ from brokerd.remoting.client import RemotingClient  # noqa: E402
 from scripts.bench.ha_common import (  # noqa: E402
     create_topic,
     machine,
-    pid_of,  # noqa: E402
+    pid_of,
+    process_cpu_s,
     runtime,
     stop_cluster,
     wait_until,
 )
-from scripts.bench.ha_replication import _catchup_marks, fill, full_sync_state_set  # noqa: E402
+from scripts.bench.ha_replication import catchup_marks, fill, full_sync_state_set  # noqa: E402
 from scripts.bench.produce_consume import loadgen  # noqa: E402
 from tests.ha_cluster import HACluster  # noqa: E402
 from tests.support import Cluster, rpc, wait_for  # noqa: E402
 
 SECTIONS = ("produce", "reads", "bootstrap")
 SEGMENT = 64 * 1024 * 1024
-
-
-def master_cpu_s(cl: HACluster) -> float:
-    """CPU seconds (user + system) the master's container (c0) used so far."""
-    with open(f"/proc/{pid_of(cl, 0)}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def log(msg: str) -> None:
@@ -149,12 +143,12 @@ async def bootstrap_one(cl: HACluster, a: argparse.Namespace) -> dict[str, Any]:
 
         await wait_until(tier_done, 600, "the tier holding the sealed segments", 0.1)
         drop_caches()
-        cpu0 = master_cpu_s(cl)
+        cpu0 = process_cpu_s(pid_of(cl, 0))
         t0 = time.monotonic()
         cl.start_container(1)
         marks: dict[str, float] = {}
-        await wait_until(lambda: _catchup_marks(cli, slave, target, t0, marks), 900, "the slave caught up", 0.05)
-        cpu1 = master_cpu_s(cl)
+        await wait_until(lambda: catchup_marks(cli, slave, target, t0, marks), 900, "the slave caught up", 0.05)
+        cpu1 = process_cpu_s(pid_of(cl, 0))
         st = await runtime(cli, slave)
         assert st is not None
         secs = marks["caught_up_s"]
