@@ -295,3 +295,33 @@ class Cluster:
 
     def client_env(self, **kw: Any) -> dict[str, Any]:
         return {"NAMESRV": self.namesrv, **kw}
+
+
+class DiskFault:
+    """A store's commit-log flushes (its services' syncer) stalled or failing, as a hanging or broken disk:
+    ``stall()`` parks every sync job until ``release()`` runs them; ``fail(err)`` answers every job ``err``."""
+
+    def __init__(self, store: Any, monkeypatch: Any) -> None:
+        self.syncer = store.services.syncer
+        self.real = self.syncer.submit
+        self.parked: list[tuple[list[int], list[int], Callable[[int], None]]] = []
+        self._mp = monkeypatch
+
+    def stall(self) -> DiskFault:
+        self._mp.setattr(self.syncer, "submit", lambda d, f, done: self.parked.append((d, f, done)))
+        return self
+
+    def fail(self, err: int) -> DiskFault:
+        def failing(dir_fds: list[int], file_fds: list[int], done: Callable[[int], None]) -> None:
+            for fd in dir_fds + file_fds:
+                os.close(fd)
+            asyncio.get_running_loop().call_soon(done, err)
+        self._mp.setattr(self.syncer, "submit", failing)
+        return self
+
+    def release(self) -> None:
+        """The disk works again: the parked jobs run, later ones too."""
+        self._mp.setattr(self.syncer, "submit", self.real)
+        parked, self.parked = self.parked, []
+        for job in parked:
+            self.real(*job)

@@ -7,7 +7,8 @@
  *    binary header) from frame bytes to stored record and response bytes. Any request it does not fully understand stops the lane at that frame;
  *    Python then handles the frame, so requests are processed in arrival order and every unusual case keeps
  *    its Python behaviour.
- * 3. sync_close (sync.c): a flush's fsyncs with the GIL released once.
+ * 3. sync_close, Syncer (sync.c): a flush's fsyncs with the GIL released once; fsync jobs on threads that never
+ *    take the GIL, finished jobs announced on an eventfd the event loop watches.
  * 4. scan_log (scan.c): a slave's replicated log bytes validated and parsed for dispatch in one pass.
  * 5. index_put (index.c): the key index's put loop (crc32 hash, slot chain, entry).
  */
@@ -33,6 +34,7 @@ static PyObject *java_hash_py(PyObject *self, PyObject *arg) {
 }
 
 PyObject *sync_close(PyObject *self, PyObject *args);
+extern PyTypeObject SyncerType;
 
 static PyMethodDef methods[] = {
     {"setup", setup, METH_VARARGS, "setup(RemotingCommand, LANGUAGES, zlib.crc32)"},
@@ -53,6 +55,9 @@ PyMODINIT_FUNC PyInit__native(void) {
     if (PyType_Ready(&LaneType) < 0) return NULL;
     Py_INCREF(&LaneType);
     PyModule_AddObject(m, "SendLane", (PyObject *)&LaneType);
+    if (PyType_Ready(&SyncerType) < 0) return NULL;
+    Py_INCREF(&SyncerType);
+    PyModule_AddObject(m, "Syncer", (PyObject *)&SyncerType);
     g_java = PyUnicode_InternFromString("JAVA");
     g_true_s = PyUnicode_InternFromString("true");
     g_false_s = PyUnicode_InternFromString("false");

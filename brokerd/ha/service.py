@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 import structlog
 
-from brokerd.ha.acks import Ack, ReplicaWaiters
+from brokerd.ha.acks import Acked, ReplicaWaiters
 from brokerd.ha.actions import Action, AlterSyncStateSet, Close, ReplicationProgress, Send, become_master
 from brokerd.ha.config import HAConfig
 from brokerd.ha.master import HAMaster, WaitOutcome
@@ -218,7 +218,7 @@ class HAService:
     def waits_for_replicas(self) -> bool:
         return self.master is not None and (self.sync_master or self.cfg.all_ack_in_sync_state_set)
 
-    def replica_ack(self, end: int) -> Ack:
+    def replica_ack(self, end: int, done: Acked) -> PutStatus | None:
         m = self.master
         if m is None or not self.waits_for_replicas:
             return PutStatus.PUT_OK
@@ -226,7 +226,8 @@ class HAService:
             return PutStatus.FLUSH_SLAVE_TIMEOUT
         d = m.wait_for_replicas(end, sync_master=True)
         if d.outcome is WaitOutcome.WAIT:
-            return self.waiters.add(end, d.need)
+            self.waiters.add(end, d.need, done)
+            return None
         return _WAIT_STATUS[d.outcome]
 
     def _on_append(self) -> None:

@@ -148,13 +148,9 @@ class AdminProcessor:
         journal = self.broker.meta.hub.journal
         if journal is None:
             return cmd.response()
-        ack = self.broker.acks.wait(journal.last_end)
-        if isinstance(ack, PutStatus):
-            return self._ack_answer(cmd, ack)
         out: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
-        ack.add_done_callback(lambda f: out.set_result(self._ack_answer(
-            cmd, PutStatus.FLUSH_SLAVE_TIMEOUT if f.cancelled() else f.result())))
-        return out
+        now = self.broker.acks.when_acked(journal.last_end, lambda st: out.set_result(self._ack_answer(cmd, st)))
+        return out if now is None else self._ack_answer(cmd, now)
 
     @staticmethod
     def _ack_answer(cmd: RemotingCommand, status: PutStatus) -> RemotingCommand:

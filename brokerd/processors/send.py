@@ -273,20 +273,19 @@ class SendProcessor:
             res = store.append_messages(msgs)
         now = time.monotonic()
         self.admission.put_took(now - t0, now)
-        if res.status is not PutStatus.PUT_OK:
+        acks = self.broker.acks
+        if res.status is not PutStatus.PUT_OK or not acks.may_wait:
             return self._answer(cmd, res, queue_id, uniq)
-        ack = self.broker.acks.wait(res.end_offset, msgs[0].properties.get(m.WAIT) != "false")
-        if isinstance(ack, PutStatus):
-            res.status = ack
-            return self._answer(cmd, res, queue_id, uniq)
-        # wait for the flush (group commit) and/or the replicas: answer from the callback, no task per message
+        # the flush (group commit) and/or the replicas: answered from their release, no task per message
         out: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
         waiting = self.admission.waiting(1, t0, res.end_offset)
 
-        def done(f: asyncio.Future[PutStatus]) -> None:
+        def done(status: PutStatus) -> None:
             self.admission.answered(waiting)
             if not out.done():
-                res.status = PutStatus.FLUSH_SLAVE_TIMEOUT if f.cancelled() else f.result()
+                res.status = status
                 out.set_result(self._answer(cmd, res, queue_id, uniq))
-        ack.add_done_callback(done)
+        status = acks.when_acked(res.end_offset, done, msgs[0].properties.get(m.WAIT) != "false")
+        if status is not None:
+            done(status)
         return out

@@ -266,19 +266,19 @@ class SendLane:
                            read_at: float) -> None:
         """The answers of one read go out once the broker's put acknowledgement (flush and/or replicas, the same
         ``PutAcks`` the Python path uses) covers their last record; with its failure status otherwise."""
-        ack = self.broker.acks.wait(end)
-        if isinstance(ack, PutStatus):
-            self._write_answers(conn, answers, ack)
-            return
-        conn.inflight.add(ack)  # a broker being removed finishes these requests first
         waiting = self.admission.waiting(len(answers), read_at, end)
+        pending: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
-        def done(f: asyncio.Future[PutStatus]) -> None:
-            conn.inflight.discard(f)
+        def done(status: PutStatus) -> None:
             self.admission.answered(waiting)
-            self._write_answers(conn, answers, PutStatus.FLUSH_SLAVE_TIMEOUT if f.cancelled() else f.result())
+            conn.inflight.discard(pending)
+            pending.set_result(None)
+            self._write_answers(conn, answers, status)
 
-        ack.add_done_callback(done)
+        conn.inflight.add(pending)  # a broker being removed finishes these requests first
+        now = self.broker.acks.when_acked(end, done)
+        if now is not None:
+            done(now)
 
     def _write_answers(self, conn: Connection, answers: list[bytes | memoryview], status: PutStatus) -> None:
         if status is PutStatus.PUT_OK:

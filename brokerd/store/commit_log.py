@@ -5,8 +5,8 @@ When a record plus 8 bytes does not fit in the active segment, an 8-byte blank m
 
 Records are written with pwrite and read through the segment's mapping (see ``mapped_file``).
 
-Concurrency contract: single writer; call only from the event loop thread. ``sync_range`` may run in a worker
-thread (see ``mapped_file``).
+Concurrency contract: single writer; call only from the event loop thread. The descriptors of ``sync_job`` are
+synced on another thread (see ``mapped_file``).
 """
 
 from __future__ import annotations
@@ -34,7 +34,15 @@ from brokerd.message import (
     verify_record,
 )
 from brokerd.store.allocate import Allocator
-from brokerd.store.mapped_file import MappedFile, Warmer, file_name, parse_file_name, sync_all
+from brokerd.store.mapped_file import (
+    MappedFile,
+    SyncJob,
+    Warmer,
+    file_name,
+    parse_file_name,
+    prepare_sync,
+    sync_all,
+)
 from brokerd.store.tier import TierView
 
 _SIZE_MAGIC: Final = struct.Struct(">ii")
@@ -352,8 +360,15 @@ class CommitLog:
     def files_between(self, lo: int, hi: int) -> list[MappedFile]:
         return [f for f in self.files if f.end > lo and f.base < hi]
 
+    def sync_job(self, files: list[MappedFile]) -> SyncJob:
+        """The descriptors a flush of ``files`` syncs (and the directory's when segments were created/deleted),
+        for the flush service's syncer."""
+        dirs = [self.dir] if self.dir_dirty else []
+        self.dir_dirty = False
+        return prepare_sync(dirs, files)
+
     def sync_range(self, files: list[MappedFile]) -> None:
-        """Worker-thread fsync of ``files`` (and the directory when segments were created/deleted)."""
+        """fsync ``files`` (and the directory when segments were created/deleted) now (recovery)."""
         dirs = [self.dir] if self.dir_dirty else []
         self.dir_dirty = False
         sync_all(dirs, files)

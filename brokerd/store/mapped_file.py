@@ -8,9 +8,9 @@ that zero-fills up to ``read_ahead_kb`` of page cache ahead of the writer (8 MiB
 write-protects each written page again (``folio_mkclean``), one TLB-shootdown IPI to the loop thread's CPU per
 page. Pages that ``pwrite`` filled are never mapped writable, so a flush has nothing to write-protect.
 
-Concurrency contract: writes and reads happen on the event loop thread only. ``sync_all`` may run in a
-worker thread: under each file's own ``io_lock`` it checks ``closed`` and duplicates the descriptor,
-then syncs the duplicate, so closing or deleting the file meanwhile is harmless. ``prefill`` (the allocator and
+Concurrency contract: writes and reads happen on the event loop thread only. A flush (``prepare_sync``, also
+inside ``sync_all``, which may run in a worker thread) checks ``closed`` under each file's own ``io_lock`` and
+duplicates the descriptor, then syncs the duplicate, so closing or deleting the file meanwhile is harmless. ``prefill`` (the allocator and
 the Warmer threads) holds the lock too, so the descriptor cannot be closed under it.
 """
 
@@ -22,6 +22,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
@@ -29,6 +30,7 @@ import structlog
 
 from brokerd import durability
 from brokerd.native import native
+from brokerd.store.syncer import sync_close
 
 _ZERO_CHUNK: Final = 1 << 20
 RESERVE_CHUNK: Final = 64 << 10
@@ -45,54 +47,60 @@ def parse_file_name(name: str) -> int | None:
     return None
 
 
-def sync_all(dirs: Iterable[Path], files: Iterable[MappedFile], *, missing_dirs_ok: bool = False) -> None:
-    """Worker thread: make the directories' entries and the files' written data durable (one flush), with the
-    GIL released once for all of them (``sync_close`` in brokerd/csrc/sync.c: syncing file by file from Python
-    costs one forced GIL switch away from the event loop thread per file). Each file's descriptor is duplicated
-    under its lock, so closing it meanwhile is harmless. Raises the first failure as OSError after trying all."""
-    dir_fds: list[int] = []
-    file_fds: list[int] = []
-    notes: list[durability.Note] | None = [] if durability.ENABLED else None
+@dataclass(slots=True)
+class SyncJob:
+    """A flush's duplicated descriptors (directories, files) and, with the power-loss journal on, what each sync
+    makes durable (recorded by ``synced`` once the syncs succeeded)."""
+
+    dir_fds: list[int]
+    file_fds: list[int]
+    notes: list[durability.Note] | None
+
+    def synced(self) -> None:
+        for note in self.notes or ():
+            durability.record(note)
+
+
+def prepare_sync(dirs: Iterable[Path], files: Iterable[MappedFile], *, missing_dirs_ok: bool = False) -> SyncJob:
+    """Duplicate the descriptors of ``dirs`` and of the open ``files`` (each under its lock, so closing a file
+    meanwhile is harmless) for a flush on another thread (``syncer.Syncer``) or ``sync_all``."""
+    job = SyncJob([], [], [] if durability.ENABLED else None)
     try:
         for d in dirs:
             try:
-                dir_fds.append(os.open(d, os.O_RDONLY | os.O_DIRECTORY))
+                job.dir_fds.append(os.open(d, os.O_RDONLY | os.O_DIRECTORY))
             except FileNotFoundError:
                 if not missing_dirs_ok:
                     raise
                 continue
-            if notes is not None:
-                notes.append(durability.before_fd_sync(dir_fds[-1], d))
+            if job.notes is not None:
+                job.notes.append(durability.before_fd_sync(job.dir_fds[-1], d))
         for f in files:
             with f.io_lock:
                 if not f.closed:
-                    file_fds.append(os.dup(f.fd))
-                    if notes is not None:
-                        notes.append(durability.before_mapped_sync(f.fd, f.path, f.wrote, f.size))
+                    job.file_fds.append(os.dup(f.fd))
+                    if job.notes is not None:
+                        job.notes.append(durability.before_mapped_sync(f.fd, f.path, f.wrote, f.size))
     except BaseException:
-        for fd in dir_fds + file_fds:
+        for fd in job.dir_fds + job.file_fds:
             os.close(fd)
         raise
-    err = _sync_close(dir_fds, file_fds)
+    return job
+
+
+def sync_all(dirs: Iterable[Path], files: Iterable[MappedFile], *, missing_dirs_ok: bool = False) -> None:
+    """Worker thread: make the directories' entries and the files' written data durable (one flush), with the
+    GIL released once for all of them (``sync_close`` in brokerd/csrc/sync.c: syncing file by file from Python
+    costs one forced GIL switch away from the event loop thread per file). Raises the first failure as OSError
+    after trying all."""
+    job = prepare_sync(dirs, files, missing_dirs_ok=missing_dirs_ok)
+    err = _sync_close(job.dir_fds, job.file_fds)
     if err:
         raise OSError(err, f"sync failed: {os.strerror(err)}")
-    for note in notes or ():
-        durability.record(note)
+    job.synced()
 
 
-def _sync_close_py(dir_fds: list[int], file_fds: list[int]) -> int:
-    err = 0
-    for fd, sync in [(fd, os.fsync) for fd in dir_fds] + [(fd, os.fdatasync) for fd in file_fds]:
-        try:
-            sync(fd)
-        except OSError as exc:
-            err = err or exc.errno or errno.EIO
-        finally:
-            os.close(fd)
-    return err
-
-
-_sync_close: Callable[[list[int], list[int]], int] = native.sync_close if native is not None else _sync_close_py
+_sync_close: Callable[[list[int], list[int]], int] = native.sync_close if native is not None else sync_close
 
 
 def reserve(fd: int, size: int, *, sparse: bool) -> None:

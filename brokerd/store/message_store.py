@@ -36,6 +36,7 @@ Positions (physical commit-log offsets)
   confirm_offset: int (property); set_confirm_offset(offset: int) -> None
   dispatch_behind_confirm: bool; set_dispatch_behind_confirm(flag: bool) -> None   hold dispatch at confirm
   add_dispatch_listener(cb) / remove_dispatch_listener(cb); flush_count: int; request_flush() -> None
+  wait_flushed(end) -> asyncio.Future[bool]; when_flushed(end, done) -> None   durable up to end (SYNC_FLUSH)
 
 Replication / truncation / epochs
   truncate_dirty_files(offset: int) -> None       cut log, queues, positions (and epochs) back to a boundary
@@ -708,6 +709,14 @@ class MessageStore:
             fut.set_result(False)
             return fut
         return services.wait_flushed(end)
+
+    def when_flushed(self, end: int, done: Callable[[bool], None]) -> None:
+        """``wait_flushed`` as a callback, called from the flush's completion (False at once when stopped)."""
+        services = self._services
+        if services is None:
+            done(False)
+        else:
+            services.when_flushed(end, done)
 
     def request_flush(self) -> None:
         if self._services is not None:

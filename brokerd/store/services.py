@@ -1,16 +1,19 @@
 """Background services of a started store: commit-log flush (periodic, or group commit for SYNC_FLUSH),
 sync-flush timeouts, logics flush + checkpoint, and the periodic clean.
 
-Concurrency contract: everything here runs on the store's event loop; fsyncs run in two executors shared by
-every store of the process (one for commit logs, one single thread for consume queues / index / checkpoint),
-so logics flushes never overlap and a container of many brokers does not grow two threads per broker (threads
-contending for the GIL cost the event loop thread throughput). A store's commit-log flushes are serialised by
-its own lock.
+Concurrency contract: everything here runs on the store's event loop. A commit-log flush's fsyncs run on the
+loop's shared ``syncer.Syncer`` (threads that never take the GIL with the C module) and its completion is a
+callback on the loop that releases the waiting puts directly (their callbacks run in the same loop iteration),
+then starts the next flush at once when puts wait beyond it (group commit): a SYNC_FLUSH put waits for at most
+the flush in progress and its own. One commit-log flush per store is in flight at a time. The logics flush
+(consume queues / index / checkpoint) runs in a single shared worker thread, so logics flushes never overlap
+and a container of many brokers does not grow threads per broker.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -20,25 +23,32 @@ from pathlib import Path
 import structlog
 
 from brokerd import durability
+from brokerd.store import syncer
 from brokerd.store.checkpoint import Checkpoint, save_checkpoint
 from brokerd.store.flags import WRITE_LOGICS_QUEUE_ERROR
-from brokerd.store.mapped_file import sync_all
+from brokerd.store.mapped_file import SyncJob, sync_all
 from brokerd.store.protocols import ServicedStore
 
 log = structlog.get_logger(component="store.services")
 
 
-_shared: dict[str, ThreadPoolExecutor] = {}
+_logics: list[ThreadPoolExecutor] = []
 
 
-def shared_executor(kind: str) -> ThreadPoolExecutor:
-    ex = _shared.get(kind)
-    if ex is None:
-        ex = _shared[kind] = ThreadPoolExecutor(2 if kind == "flush" else 1, thread_name_prefix=f"store-{kind}")
-    return ex
+def logics_executor() -> ThreadPoolExecutor:
+    """The one thread every store's logics flushes run on."""
+    if not _logics:
+        _logics.append(ThreadPoolExecutor(1, thread_name_prefix="store-logics"))
+    return _logics[0]
 
 
 CHECKPOINT_INTERVAL_S = 60.0
+
+
+def _resolve(futs: list[asyncio.Future[None]]) -> None:
+    for f in futs:
+        if not f.done():
+            f.set_result(None)
 
 
 def write_checkpoint(path: Path, checkpoint: Checkpoint) -> None:
@@ -47,16 +57,19 @@ def write_checkpoint(path: Path, checkpoint: Checkpoint) -> None:
         durability.content_synced(path)
 
 
+Flushed = Callable[[bool], None]  # True: durable up to the requested offset; False: timed out / stopped
+
+
 class StoreServices:
     def __init__(self, store: ServicedStore) -> None:
         self._store = store
         self._cfg = store.cfg
-        self._waiters: deque[tuple[int, asyncio.Future[bool], float]] = deque()
-        self._wake = asyncio.Event()
+        self._waiters: deque[tuple[int, Flushed, float]] = deque()  # end offsets in append order
         self._tasks: list[asyncio.Task[None]] = []
-        self.log_executor = shared_executor("flush")
-        self.logics_executor = shared_executor("logics")
-        self._flush_lock = asyncio.Lock()
+        self.syncer: syncer.Syncer | None = None
+        self.logics_executor = logics_executor()
+        self._flushing = False  # a commit-log flush is in flight
+        self._next_round: list[asyncio.Future[None]] = []  # awaiting a flush that starts after they asked
         self._timeout_s = self._cfg.sync_flush_timeout_ms / 1000
         self.flush_count = 0
         self._last_checkpoint: Checkpoint | None = None
@@ -65,11 +78,9 @@ class StoreServices:
     # ------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
+        self.syncer = syncer.acquire("flush", 2)
         loops = [self._logics_loop, self._clean_loop]
-        if self._cfg.sync_flush:
-            loops += [self._group_commit_loop, self._timeout_loop]
-        else:
-            loops.append(self._periodic_flush_loop)
+        loops.append(self._timeout_loop if self._cfg.sync_flush else self._periodic_flush_loop)
         self._tasks = [asyncio.create_task(self._keep_running(loop)) for loop in loops]
 
     async def _keep_running(self, loop: Callable[[], Awaitable[None]]) -> None:
@@ -83,61 +94,105 @@ class StoreServices:
                 log.exception("store_service_failed", service=getattr(loop, "__name__", "?"))
                 await asyncio.sleep(0.1)
 
-    async def stop(self) -> None:
+    async def _cancel_tasks(self) -> None:
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
+
+    async def stop(self) -> None:
+        await self._cancel_tasks()
         await self.flush_commit_log()
         self._release(self._store.flushed_offset)
         while self._waiters:
-            _, fut, _ = self._waiters.popleft()
-            if not fut.done():
-                fut.set_result(False)
+            self._call(self._waiters.popleft()[1], False)
         await self.flush_logics(clean=self._store.running_flags.writeable)
+        self._detach()
+
+    async def abandon(self) -> None:
+        """Stop as a killed process would: no flush, no checkpoint; a flush in flight is never reported."""
+        await self._cancel_tasks()
+        self._detach()
+        await asyncio.get_running_loop().run_in_executor(self.logics_executor, lambda: None)  # its job is done
+
+    def _detach(self) -> None:
+        if self.syncer is not None:
+            syncer.release(self.syncer)
+            self.syncer = None
 
     # ------------------------------------------------------------ commit log flush
 
+    def when_flushed(self, end: int, done: Flushed) -> None:
+        """``done(True)`` once the log is durable up to ``end`` (called from the flush's completion), ``done(False)``
+        after the sync-flush timeout or when the store stops."""
+        self._waiters.append((end, done, time.monotonic() + self._timeout_s))
+        self._kick()
+
     def wait_flushed(self, end: int) -> asyncio.Future[bool]:
-        """Future resolved True once the log is durable up to ``end``; False on timeout."""
+        """``when_flushed`` as a future."""
         fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._waiters.append((end, fut, time.monotonic() + self._timeout_s))
-        self._wake.set()
+        self.when_flushed(end, lambda ok: None if fut.done() else fut.set_result(ok))
         return fut
 
     def wakeup(self) -> None:
-        self._wake.set()
+        """Flush soon (a put that does not wait for it)."""
+        self._kick()
 
     async def flush_commit_log(self) -> None:
+        """Return once a flush that started after this call finished (the log durable up to where it was then,
+        unless the flush failed: the store's error flag says so)."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._next_round.append(fut)
+        self._kick()
+        await fut
+
+    def _kick(self) -> None:
+        """Start a flush of everything appended so far, unless one is in flight (its completion kicks again)."""
+        if self._flushing:
+            return
         store = self._store
-        async with self._flush_lock:
-            target = store.max_phy_offset
-            flushed = store.flushed_offset
-            if target <= flushed:
-                return
-            gen = store.truncate_generation
-            files = store.commit_log.files_between(flushed, target)
-            try:
-                await asyncio.get_running_loop().run_in_executor(self.log_executor, store.commit_log.sync_range, files)
-            except OSError as exc:
-                store.io_failed("flush_commit_log", exc)
-                return
+        target, flushed = store.max_phy_offset, store.flushed_offset
+        round_, self._next_round = self._next_round, []
+        if target <= flushed or self.syncer is None:
+            _resolve(round_)
+            return
+        gen = store.truncate_generation
+        try:
+            job = store.commit_log.sync_job(store.commit_log.files_between(flushed, target))
+        except OSError as exc:
+            store.io_failed("flush_commit_log", exc)
+            _resolve(round_)
+            return
+        self._flushing = True
+        self.syncer.submit(job.dir_fds, job.file_fds, lambda err: self._flushed(job, err, target, gen, round_))
+
+    def _flushed(self, job: SyncJob, err: int, target: int, gen: int, round_: list[asyncio.Future[None]]) -> None:
+        self._flushing = False
+        if self.syncer is None:  # abandoned (a simulated kill): nothing is reported
+            return
+        store = self._store
+        if err:
+            store.io_failed("flush_commit_log", OSError(err, f"sync failed: {os.strerror(err)}"))
+        else:
+            job.synced()
             self.flush_count += 1
             store.on_flushed(target, gen)
+            self._release(store.flushed_offset)
+        _resolve(round_)
+        if self.syncer is not None and (self._next_round or (not err and self._waiters)):
+            self._kick()  # group commit: what arrived meanwhile goes in the next flush, at once
 
     def _release(self, flushed: int) -> None:
         waiters = self._waiters
         while waiters and waiters[0][0] <= flushed:
-            _, fut, _ = waiters.popleft()
-            if not fut.done():
-                fut.set_result(True)
+            self._call(waiters.popleft()[1], True)
 
-    async def _group_commit_loop(self) -> None:
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            await self.flush_commit_log()
-            self._release(self._store.flushed_offset)
+    @staticmethod
+    def _call(done: Flushed, ok: bool) -> None:
+        try:
+            done(ok)
+        except Exception:  # noqa: BLE001 - one waiter's failure must not keep the others waiting
+            log.exception("flush_waiter_failed")
 
     async def _timeout_loop(self) -> None:
         period = min(self._timeout_s / 4, 0.25)
@@ -146,9 +201,7 @@ class StoreServices:
             await asyncio.sleep(period)
             now = time.monotonic()
             while waiters and waiters[0][2] <= now:
-                _, fut, _ = waiters.popleft()
-                if not fut.done():
-                    fut.set_result(False)
+                self._call(waiters.popleft()[1], False)
 
     async def _periodic_flush_loop(self) -> None:
         interval = self._cfg.flush_interval_commit_log_ms / 1000

@@ -26,6 +26,7 @@ from brokerd.remoting.codec import FrameDecoder
 from brokerd.remoting.codes import ResponseCode
 from brokerd.remoting.connection import Connection
 from brokerd.store.flags import NOT_WRITEABLE, WRITE_LOGICS_QUEUE_ERROR
+from tests.support import DiskFault
 
 pytestmark = pytest.mark.skipif(native is None, reason="brokerd._native is not built / BROKERD_NATIVE=0")
 
@@ -458,24 +459,14 @@ async def test_mutated_send_frames_get_the_python_answers_and_never_crash(tmp_pa
 
 async def test_sync_flush_timeout_answers_flush_disk_timeout_like_the_python_path(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
-    import threading
-
-    from brokerd.store.commit_log import CommitLog
-
-    release = threading.Event()
-    real_sync = CommitLog.sync_range
-
-    def stuck_sync(self: CommitLog, *args: Any) -> Any:
-        release.wait(10)  # the disk hangs until the test is done
-        return real_sync(self, *args)
-
     got = {}
     for name, lane in (("a", True), ("b", False)):
         b, conn, tr = await start_broker(tmp_path / name, lane, flush_disk_type="SYNC_FLUSH", sync_flush_timeout=200)
+        disk: DiskFault | None = None
         try:
             feed(conn, [send(i, "LaneA", i % 4, {"UNIQ_KEY": f"S{i:031d}"}, b"x") for i in range(1, 5)], 1)
             await all_answered(tr)
-            monkeypatch.setattr(CommitLog, "sync_range", stuck_sync)
+            disk = DiskFault(b.store, monkeypatch).stall()  # the disk hangs until the test is done
             conn.data_received(b"".join(send(i, "LaneA", i % 4, {"UNIQ_KEY": f"S{i:031d}"}, b"y") for i in range(5, 9)))
             deadline = asyncio.get_running_loop().time() + 10
             while len(tr.frames) < 8 and asyncio.get_running_loop().time() < deadline:
@@ -483,10 +474,9 @@ async def test_sync_flush_timeout_answers_flush_disk_timeout_like_the_python_pat
             got[name] = sorted((c.opaque, c.code, c.remark, c.ext.get("queueOffset")) for c in tr.frames)
             assert not lane or (b.send_lane is not None and b.send_lane.handled == 4)
         finally:
-            release.set()
-            monkeypatch.setattr(CommitLog, "sync_range", real_sync)
+            if disk is not None:
+                disk.release()
             await b.shutdown()
-            release.clear()
     assert got["a"] == got["b"]
     assert [c[1] for c in got["a"]] == [0] * 4 + [ResponseCode.FLUSH_DISK_TIMEOUT] * 4
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
-from brokerd.ha.acks import PutAcks, ReplicaWaiters
+from brokerd.ha.acks import Acked, PutAcks, ReplicaWaiters
 from brokerd.ha.actions import ALL_ACK, ReplicationProgress
 from brokerd.ha.controller_link import LinkConfig, parse_info
 from brokerd.remoting.command import RemotingCommand
@@ -15,13 +16,11 @@ class Flush:
     def __init__(self, sync: bool) -> None:
         self.sync_flush = sync
         self.flushed_offset = 0
-        self.futures: list[tuple[int, asyncio.Future[bool]]] = []
+        self.waiting: list[tuple[int, Callable[[bool], None]]] = []
         self.requested = 0
 
-    def wait_flushed(self, end: int) -> asyncio.Future[bool]:
-        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self.futures.append((end, fut))
-        return fut
+    def when_flushed(self, end: int, done: Callable[[bool], None]) -> None:
+        self.waiting.append((end, done))
 
     def request_flush(self) -> None:
         self.requested += 1
@@ -33,41 +32,57 @@ class Replicas:
         self.waiters = ReplicaWaiters(1000)
         self.waits_for_replicas = True
 
-    def replica_ack(self, end: int) -> PutStatus | asyncio.Future[PutStatus]:
-        return self.answer if self.answer is not None else self.waiters.add(end, 2)
+    def replica_ack(self, end: int, done: Acked) -> PutStatus | None:
+        if self.answer is None:
+            self.waiters.add(end, 2, done)
+        return self.answer
 
 
-async def test_replica_waiters_release_in_order_and_time_out() -> None:
+def recorder() -> tuple[list[PutStatus], Acked]:
+    got: list[PutStatus] = []
+    return got, got.append
+
+
+def test_replica_waiters_release_in_order_and_time_out() -> None:
     w = ReplicaWaiters(timeout_ms=50)
-    a, b, c = w.add(100, 2), w.add(200, 2), w.add(300, ALL_ACK)
+    a, b, c, d, e = (recorder() for _ in range(5))
+    w.add(100, 2, a[1])
+    w.add(200, 2, b[1])
+    w.add(300, ALL_ACK, c[1])
     w.release(ReplicationProgress(confirm_offset=0, acked=(300, 150)))
-    assert a.result() is PutStatus.PUT_OK and not b.done()
+    assert a[0] == [PutStatus.PUT_OK] and b[0] == []
     w.release(ReplicationProgress(confirm_offset=300, acked=(300, 250)))
-    assert b.result() is PutStatus.PUT_OK and c.result() is PutStatus.PUT_OK
-    d = w.add(400, 2)
-    w.expire(now=asyncio.get_running_loop().time() + 10**6)
-    assert d.result() is PutStatus.FLUSH_SLAVE_TIMEOUT and w.timeouts == 1
-    e = w.add(500, 2)
+    assert b[0] == [PutStatus.PUT_OK] and c[0] == [PutStatus.PUT_OK]
+    w.add(400, 2, d[1])
+    w.expire(now=10**9)
+    assert d[0] == [PutStatus.FLUSH_SLAVE_TIMEOUT] and w.timeouts == 1
+    w.add(500, 2, e[1])
     w.fail_all(PutStatus.FLUSH_SLAVE_TIMEOUT)
-    assert e.result() is PutStatus.FLUSH_SLAVE_TIMEOUT and len(w) == 0
+    assert e[0] == [PutStatus.FLUSH_SLAVE_TIMEOUT] and len(w) == 0
 
 
-async def test_flush_outcome_comes_first_then_the_replicas() -> None:
+def test_flush_outcome_comes_first_then_the_replicas_each_answered_where_it_is_released() -> None:
     flush, reps = Flush(sync=True), Replicas(None)
     acks = PutAcks(flush, reps)
     assert acks.may_wait
-    ack = acks.wait(100)
-    assert isinstance(ack, asyncio.Future)
-    flush.futures[0][1].set_result(True)
-    await asyncio.sleep(0)  # sleep-ok: let the done-callbacks run
-    assert not ack.done()  # durable, the replica still missing
+    got, done = recorder()
+    assert acks.when_acked(100, done) is None
+    flush.waiting[0][1](True)
+    assert got == []  # durable, the replica still missing
     reps.waiters.release(ReplicationProgress(100, (100, 100)))
-    assert await ack is PutStatus.PUT_OK
-    second = acks.wait(200)
-    assert isinstance(second, asyncio.Future)
-    flush.futures[1][1].set_result(False)
+    assert got == [PutStatus.PUT_OK]  # no loop iteration in between
+    assert acks.when_acked(200, done) is None
     reps.waiters.release(ReplicationProgress(200, (200, 200)))
-    assert await second is PutStatus.FLUSH_DISK_TIMEOUT
+    flush.waiting[1][1](False)
+    assert got == [PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT]
+
+
+async def test_wait_is_the_same_as_a_future() -> None:
+    flush = Flush(sync=True)
+    ack = PutAcks(flush, None).wait(100)
+    assert isinstance(ack, asyncio.Future) and not ack.done()
+    flush.waiting[0][1](True)
+    assert await ack is PutStatus.PUT_OK
 
 
 async def test_no_wait_when_nothing_is_asked_and_refusals_pass_through() -> None:

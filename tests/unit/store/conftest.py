@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -52,12 +51,7 @@ async def crash(store: MessageStore) -> None:
     """
     services = store._services
     assert services is not None
-    for t in services._tasks:
-        t.cancel()
-    await asyncio.gather(*services._tasks, return_exceptions=True)
-    for ex in (services.log_executor, services.logics_executor):  # shared by all stores: wait, don't shut down
-        for fut in [ex.submit(lambda: None) for _ in range(ex._max_workers)]:
-            fut.result()
+    await services.abandon()
     store._services = None
     store.commit_log.close()
     store.queue_store.close()

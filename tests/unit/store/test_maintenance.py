@@ -6,7 +6,6 @@ import asyncio
 import errno
 import random
 import shutil
-import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -18,6 +17,7 @@ from brokerd.store import flags, maintenance
 from brokerd.store.message_store import MessageStore
 from brokerd.store.results import GetMessageStatus as G
 from brokerd.store.results import PutStatus
+from tests.support import DiskFault
 
 from .conftest import StoreFactory, make_msg
 from .test_recovery import assert_log_valid, assert_queues_consistent
@@ -226,15 +226,13 @@ async def test_sync_flush_acknowledges_only_flushed_bytes(make_store: StoreFacto
 
 async def test_stuck_disk_gives_flush_disk_timeout(make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     store = await make_store(flush_disk_type="SYNC_FLUSH", sync_flush_timeout_ms=200)
-    release = threading.Event()
-    real_sync = store.commit_log.sync_range
-    monkeypatch.setattr(store.commit_log, "sync_range", lambda files: (release.wait(10), real_sync(files)))
+    disk = DiskFault(store, monkeypatch).stall()
     try:
         res = await store.put_message(make_msg())
         assert res.status is PutStatus.FLUSH_DISK_TIMEOUT
         assert store.look_message_by_offset(res.wrote_offset) is not None  # stored, just not known durable
     finally:
-        release.set()
+        disk.release()
 
 
 async def test_write_error_makes_the_store_unwritable_without_crashing(
@@ -255,13 +253,9 @@ async def test_write_error_makes_the_store_unwritable_without_crashing(
 
 async def test_flush_error_is_reported(make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     store = await make_store(flush_disk_type="SYNC_FLUSH", sync_flush_timeout_ms=300)
-
-    def failing_sync(_files: object) -> None:
-        raise OSError(errno.EIO, "fsync failed")
-
-    monkeypatch.setattr(store.commit_log, "sync_range", failing_sync)
+    DiskFault(store, monkeypatch).fail(errno.EIO)
     assert (await store.put_message(make_msg())).status is PutStatus.FLUSH_DISK_TIMEOUT
-    assert store.last_error is not None and "fsync failed" in store.last_error
+    assert store.last_error is not None and "Input/output error" in store.last_error
     assert (await store.put_message(make_msg())).status is PutStatus.SERVICE_NOT_AVAILABLE
 
 

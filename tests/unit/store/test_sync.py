@@ -1,7 +1,10 @@
-"""Flushing: one flush's files and directories are synced with the GIL released once (sync_all / sync_close)."""
+"""Flushing: one flush's files and directories are synced with the GIL released once (sync_all / sync_close), and
+off the loop by the shared syncer (C threads without the GIL, or the Python thread pool it mirrors), each job's
+outcome handed to its callback on the loop."""
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import os
 from pathlib import Path
@@ -9,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from brokerd.native import native
-from brokerd.store import mapped_file
+from brokerd.store import syncer
 from brokerd.store.mapped_file import MappedFile, sync_all
 
 
@@ -32,10 +35,58 @@ def test_sync_close_reports_the_first_failure_and_closes_every_descriptor(impl: 
     """A descriptor that cannot be synced (a pipe: EINVAL) is reported; every descriptor is closed either way."""
     if impl == "c" and native is None:
         pytest.skip("brokerd._native is not built")
-    sync_close = native.sync_close if impl == "c" else mapped_file._sync_close_py
+    sync_close = native.sync_close if impl == "c" else syncer.sync_close
     r, w = os.pipe()
     fd = os.open(os.devnull, os.O_RDONLY)
     assert sync_close([], [fd, r, w]) == errno.EINVAL
     for closed in (fd, r, w):
         with pytest.raises(OSError):
             os.fstat(closed)
+
+
+@pytest.fixture(params=["python", "c"])
+def impl(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    if request.param == "c" and native is None:
+        pytest.skip("brokerd._native is not built")
+    if request.param == "python":
+        monkeypatch.setattr(syncer, "native", None)
+    return str(request.param)
+
+
+async def test_syncer_reports_each_job_on_the_loop_and_closes_its_descriptors(tmp_path: Path, impl: str) -> None:
+    s = syncer.acquire("test", 2)
+    try:
+        assert (s._native is not None) == (impl == "c")
+        f = tmp_path / "data"
+        f.write_bytes(b"x" * 100)
+        loop = asyncio.get_running_loop()
+        results: dict[str, asyncio.Future[int]] = {k: loop.create_future() for k in ("ok", "bad", "dir")}
+        fds = {k: os.open(f, os.O_RDONLY) for k in ("ok", "bad")}
+        r, w = os.pipe()  # a pipe cannot be synced: EINVAL
+        dfd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+        s.submit([], [fds["ok"]], results["ok"].set_result)
+        s.submit([], [fds["bad"], r, w], results["bad"].set_result)
+        s.submit([dfd], [], results["dir"].set_result)
+        assert await asyncio.wait_for(results["ok"], 10) == 0
+        assert await asyncio.wait_for(results["bad"], 10) == errno.EINVAL
+        assert await asyncio.wait_for(results["dir"], 10) == 0
+        for fd in (*fds.values(), r, w, dfd):
+            with pytest.raises(OSError):
+                os.fstat(fd)
+    finally:
+        syncer.release(s)
+
+
+async def test_syncers_are_shared_per_loop_until_the_last_user_releases(impl: str) -> None:
+    a, b = syncer.acquire("shared", 1), syncer.acquire("shared", 1)
+    assert a is b and a.users == 2
+    syncer.release(a)
+    c = syncer.acquire("shared", 1)
+    assert c is a
+    syncer.release(a)
+    syncer.release(c)
+    d = syncer.acquire("shared", 1)  # the last user closed the old one
+    try:
+        assert d is not a
+    finally:
+        syncer.release(d)
