@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Benchmark: produce/consume throughput of mqbrokercontainer vs the Python transport ceiling, in one run.
+"""Benchmark: produce/consume throughput of mqbrokercontainer vs the Python transport ceiling, in one run; with
+--shapes, every send shape side by side and consume as the real clients consume (see shapes_run, consume_run).
 
 Starts the daemon (ASYNC_FLUSH, then SYNC_FLUSH) and a minimal remoting server, drives each with the same
 pipelined load generator process (scripts/bench/loadgen.py), prints one JSON document. On each broker it then
@@ -7,7 +8,7 @@ finds the saturation point with the compiled generator (scripts/bench/gen.c: the
 loop, each connections x in-flight setting of --cgen-grid in turn, on a topic of its own) and reports it next to
 the Python generator's figure of the same run.
 Usage: .venv/bin/python scripts/bench/produce_consume.py [--total N] [--conns C] [--inflight K]
-       [--cgen-grid 1x16,4x64,8x128,16x256 | --cgen-grid '']
+       [--cgen-grid 1x16,4x64,8x128,16x256 | --cgen-grid ''] [--shapes]
 """
 
 from __future__ import annotations
@@ -17,11 +18,13 @@ import json
 import os
 import pathlib
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
+from typing import Any
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -36,7 +39,8 @@ def loadgen(mode: str, addr: str, args: argparse.Namespace, topic: str, total: i
     cmd = [PY, "-m", "scripts.bench.loadgen", mode, "--addr", addr, "--topic", topic, "--conns", str(args.conns),
            "--inflight", str(args.inflight), "--total", str(total), "--body", str(args.body), "--queues", "8"]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    res: dict[str, object] = json.loads(out.stdout.strip().splitlines()[-1])
+    return res
 
 
 def ceiling(args: argparse.Namespace, tmp: pathlib.Path) -> dict[str, object]:
@@ -100,40 +104,105 @@ def lane_counters(c: Cluster) -> dict[str, int]:
     return out
 
 
-def shapes_run(args: argparse.Namespace, tmp: pathlib.Path, flush: str) -> dict[str, object]:
-    """Every send shape against one broker, one after the other (closed loop, ``--gens`` generator processes
-    each): msg/s, its share of the best, and how many of its messages the C lane stored."""
-    from scripts.bench.loadgen import SHAPES, capture_shapes
+SATURATING = (8, 128)  # the compiled generator's connections x in flight for the side-by-side shape runs
 
-    # (no os.sync() first: every shape runs on the same broker, one after the other, and it stalls for minutes
-    # while other work writes to the disk)
+
+def shapes_run(args: argparse.Namespace, tmp: pathlib.Path, flush: str) -> dict[str, dict[str, object]]:
+    """Every send shape against one broker, one after the other, from the compiled generator (closed loop, 8
+    connections x 128 in flight): msg/s, its share of the best single-message shape, and how many of its
+    messages the C lane stored (the rest: the reasons Python took them)."""
+    from scripts.bench.shapes import SHAPES, capture_shapes
+
+    # (no os.sync() first: every shape runs on the same broker, one after the other)
     c = Cluster(tmp / flush, brokers=1, flushDiskType=flush).start()
     rows: dict[str, dict[str, object]] = {}
     try:
         for shape in (*SHAPES, *capture_shapes()):
-            topic = "Shape" + "".join(ch for ch in shape if ch.isalnum())[:40]
+            name = "".join(ch for ch in shape if ch.isalnum())[:40]
+            topic = f"%RETRY%{name}" if shape == "retry_topic" else "Shape" + name
             assert rpc(c.broker_addr(), 17, {"topic": topic, "readQueueNums": "8", "writeQueueNums": "8"}).code == 0
-            total = args.total // (16 if shape == "batch16" else 1) // args.gens
+            per = 16 if shape == "batch16" else 1
             before = lane_counters(c)
-            procs = [subprocess.Popen([PY, "-m", "scripts.bench.loadgen", "produce", "--addr", c.broker_addr(),
-                                       "--topic", topic, "--conns", str(args.conns), "--inflight", str(args.inflight),
-                                       "--total", str(total), "--body", str(args.body), "--queues", "8",
-                                       "--shape", shape], cwd=ROOT, stdout=subprocess.PIPE, text=True)
-                     for _ in range(args.gens)]  # fmt: skip
-            outs = [json.loads(p.communicate(timeout=900)[0].strip().splitlines()[-1]) for p in procs]
+            r = cgen.run(c.broker_addr(), topic, shape=shape, body=args.body, conns=SATURATING[0],
+                         inflight=SATURATING[1], total=args.total // per)
             after = lane_counters(c)
-            msgs = sum(o["msgs"] for o in outs)
             delta = {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
-            rows[shape] = {"msg_per_s": round(msgs / max(o["seconds"] for o in outs)),
-                           "p99_ms": max(o["p99_ms"] for o in outs), "errors": sum(o["errors"] for o in outs),
-                           "lane_share": round(delta.get("lane", 0) / msgs, 3),
+            lat = r["latency"]
+            assert isinstance(lat, dict)
+            msgs = int(r["msgs"])  # type: ignore[call-overload]
+            rows[shape] = {"msg_per_s": r["msg_per_s"], "p50_ms": lat["p50_ms"], "p99_ms": lat["p99_ms"],
+                           "errors": r["errors"], "lane_share": round(delta.get("lane", 0) / max(msgs, 1), 3),
                            "python_reasons": {k: v for k, v in delta.items() if k != "lane"}}  # fmt: skip
     finally:
         c.stop()
-    best = max(int(r["msg_per_s"]) for r in rows.values())  # type: ignore[call-overload]
+    best = max(float(r["msg_per_s"]) for s, r in rows.items() if s != "batch16")  # type: ignore[arg-type]
     for r in rows.values():
-        r["of_best"] = round(int(r["msg_per_s"]) / best, 3)  # type: ignore[call-overload]
+        r["of_best"] = round(float(r["msg_per_s"]) / best, 3)  # type: ignore[arg-type]
     return rows
+
+
+def consume_run(args: argparse.Namespace, tmp: pathlib.Path) -> dict[str, object]:
+    """Consume as the real clients do, next to produce: a push consumer's pull loop (long polling, one pull per
+    queue in flight, the subscription registered by its HEART_BEAT) of every message produced (tagged shape:
+    TagA/TagB alternating, property a = 0..9), with '*', a tag filter (TagA: half of them) and an SQL92 filter
+    (a BETWEEN 0 AND 4: half of them); then the same '*' consume from a cold page cache (the broker restarted and
+    its store files dropped from the page cache)."""
+    from scripts.bench.shapes import heartbeat_frame
+
+    (tmp / "consume").mkdir()
+    os.sync()
+    c = Cluster(tmp / "consume", brokers=1, enablePropertyFilter="true").start()
+    topic, queues = "ConsumeBench", 8
+    try:
+        addr = c.broker_addr()
+        assert rpc(addr, 17, {"topic": topic, "readQueueNums": str(queues), "writeQueueNums": str(queues)}).code == 0
+        prod = cgen.run(addr, topic, shape="tagged", body=args.body, conns=SATURATING[0], inflight=SATURATING[1],
+                        total=args.total)
+        end = [int(rpc(addr, 30, {"topic": topic, "queueId": str(q)}).ext["offset"]) for q in range(queues)]
+        out: dict[str, object] = {"produce_msg_per_s": prod["msg_per_s"], "messages": sum(end)}
+
+        def consume(kind: str, sub: str, etype: str) -> dict[str, object]:
+            hb = tmp / f"heartbeat-{kind}"
+            hb.write_bytes(heartbeat_frame(f"bench_{kind}", topic, sub, etype))
+            r = cgen.consume(addr, topic, [0] * queues, end=end, group=f"bench_{kind}", heartbeat=hb, sub=sub,
+                             expression_type=etype, timeout=300)
+            scanned = sum(end) / float(r["seconds"])  # type: ignore[arg-type]
+            return {"subscription": f"{etype} {sub}", "delivered": r["msgs"], "msg_per_s": r["msg_per_s"],
+                    "mb_per_s": r["mb_per_s"], "scanned_per_s": round(scanned), "pulls": r["pulls"],
+                    "errors": r["other"], "timed_out": r["timed_out"]}  # fmt: skip
+        out["all"] = consume("all", "*", "TAG")
+        out["tag"] = consume("tag", "TagA", "TAG")
+        out["sql92"] = consume("sql92", "a BETWEEN 0 AND 4", "SQL92")
+        c.stop()
+        resident = drop_page_cache(tmp / "consume" / "store")
+        c.start()
+        addr = c.broker_addr()
+        out["cold"] = {**consume("cold", "*", "TAG"), "resident_before": resident}
+        return out
+    finally:
+        c.stop()
+
+
+def drop_page_cache(root: pathlib.Path) -> dict[str, int]:
+    """Drop every file under ``root`` from the page cache (written back first; nothing maps them: the broker is
+    stopped): bytes resident before and after, by the kernel's own count (mincore via fincore, when present)."""
+    files = [p for p in root.rglob("*") if p.is_file()]
+
+    def resident() -> int:
+        if not files or shutil.which("fincore") is None:
+            return -1
+        out = subprocess.run(["fincore", "-b", "-n", "-o", "RES", *map(str, files)], capture_output=True, text=True)
+        return sum(int(x) for x in out.stdout.split() if x.isdigit())
+
+    before = resident()
+    for p in files:
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            os.fdatasync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+    return {"before": before, "after": resident()}
 
 
 def main() -> int:
@@ -144,19 +213,20 @@ def main() -> int:
     ap.add_argument("--body", type=int, default=1024)
     ap.add_argument("--cgen-grid", default="1x16,4x64,8x128,16x256",
                     help="conns x in-flight settings for the compiled generator's saturation search ('' skips it)")
-    ap.add_argument("--shapes", action="store_true", help="every send shape side by side instead (ASYNC and SYNC)")
-    ap.add_argument("--gens", type=int, default=2, help="--shapes: generator processes per shape")
+    ap.add_argument("--shapes", action="store_true",
+                    help="every send shape side by side (ASYNC and SYNC), then consume as real clients do")
     args = ap.parse_args()
     if args.shapes:
         with tempfile.TemporaryDirectory(prefix="bench-") as d:
             tmp = pathlib.Path(d)
-            res = {"bench": "produce_consume --shapes", "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-                   "load_before": os.getloadavg()[0],
-                   "params": {"total_msgs_per_shape": args.total, "gens": args.gens, "conns": args.conns,
-                              "inflight_per_conn": args.inflight, "body": args.body}}  # fmt: skip
+            res: dict[str, object] = {"bench": "produce_consume --shapes", "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+                                      "load_before": os.getloadavg()[0],
+                                      "params": {"total_msgs_per_shape": args.total, "conns": SATURATING[0],
+                                                 "inflight_per_conn": SATURATING[1], "body": args.body}}  # fmt: skip
             for flush in ("ASYNC_FLUSH", "SYNC_FLUSH"):
                 (tmp / flush).mkdir()
                 res[flush.lower()] = shapes_run(args, tmp, flush)
+            res["consume"] = consume_run(args, tmp)
             res["load_after"] = os.getloadavg()[0]
         print(json.dumps(res, indent=1))
         return 0
@@ -167,14 +237,15 @@ def main() -> int:
         ceil = ceiling(args, tmp)
         async_res = broker_run(args, tmp, "ASYNC_FLUSH")
         sync_res = broker_run(args, tmp, "SYNC_FLUSH")
-    ap_ = async_res["produce"]
+    ap_: Any = async_res["produce"]
+    consumed: Any = async_res["consume"]
     out = {
         "bench": "produce_consume", "date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": platform.machine(),
         "cpus": os.cpu_count(), "python": platform.python_version(),
         "params": {"total": args.total, "conns": args.conns, "inflight_per_conn": args.inflight, "body": args.body},
         "ceiling_produce": ceil, "async_flush": async_res, "sync_flush": sync_res,
-        "ratio_async_to_ceiling": round(ap_["msg_per_s"] / ceil["msg_per_s"], 3),  # type: ignore[operator]
-        "consume_to_produce": round(async_res["consume"]["msg_per_s"] / ap_["msg_per_s"], 3),  # type: ignore[index]
+        "ratio_async_to_ceiling": round(ap_["msg_per_s"] / ceil["msg_per_s"], 3),
+        "consume_to_produce": round(consumed["msg_per_s"] / ap_["msg_per_s"], 3),
     }
     print(json.dumps(out, indent=1))
     return 0
