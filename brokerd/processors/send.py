@@ -123,7 +123,12 @@ class SendProcessor:
         if busy is not None:  # overload: answered at once, not stored
             self.admission.refuse(busy)
             return cmd.response(ResponseCode.SYSTEM_BUSY, busy)
-        h = parse_send_header(cmd)
+        try:
+            h = parse_send_header(cmd)
+        except HeaderError:  # answered INVALID_PARAMETER by the dispatcher
+            if self.lane is not None:
+                self.lane.count_fallback(cmd.ext.get("b") or cmd.ext.get("topic") or "", True)
+            raise
         if self.lane is not None:
             self.lane.count_fallback(h.topic, self.broker.meta.topics.get(h.topic) is not None)
         err = self._check(cmd, h)
