@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import zlib
 from pathlib import Path
 
 import pytest
@@ -195,3 +196,30 @@ async def test_transactional_half_messages_take_the_lane(tmp_path: Path, half_to
         await a.shutdown()
         await b.shutdown()
 
+
+async def test_compressed_bodies_take_the_lane_stored_as_sent(tmp_path: Path) -> None:
+    """Bodies the client compressed (sysFlag bit 0x1, as the Java client sends bodies over 4 KiB; with a 5.x
+    client's compression type bits too) are stored as sent, flag and bytes, never decompressed: by the lane exactly
+    as by the Python path."""
+    rnd = random.Random(37)
+    words = [bytes(rnd.choice(b"abcdefghij") for _ in range(rnd.randint(2, 9))) for _ in range(300)]
+    frames, sent = [], {}
+    for i in range(1, 121):
+        body = zlib.compress(b" ".join(rnd.choice(words) for _ in range(rnd.randint(800, 4000))))
+        flag = rnd.choice([0x1, 0x1, 0x1 | 0x300, 0x1 | 0x2])  # compressed; + ZLIB type bits; + multi tags
+        topic = rnd.choice(TOPICS[:2])
+        sent[f"Z{i:031d}"] = (flag, body)
+        frames.append(with_sys_flag(send(i, topic, i % 4, {"UNIQ_KEY": f"Z{i:031d}", "TAGS": "z"}, body,
+                                         v1=i % 3 == 0), flag))  # fmt: skip
+    (a, ca, ta), (b, cb, tb) = [await start_broker(tmp_path / name, lane) for name, lane in (("a", True), ("b", False))]
+    try:
+        feed(ca, frames, 1)
+        feed(cb, frames, 2)
+        await all_answered(ta, tb)
+        assert answers(ta) == answers(tb) and {c.code for c in ta.frames} == {0}
+        assert records(a) == records(b) and queues(a) == queues(b)
+        assert {r[11]["UNIQ_KEY"]: (r[5], r[10]) for r in records(a)} == sent
+        assert a.send_lane is not None and a.send_lane.handled == len(frames) - 1  # the first creates the segment
+    finally:
+        await a.shutdown()
+        await b.shutdown()
