@@ -22,7 +22,9 @@ typedef struct {
     PyObject_HEAD
     PyObject *topics;       /* dict: topic str -> its entry */
     /* callable(topic, default_topic or None, default_queue_nums, queue_id, batch) -> entry or None: the Python
-     * send processor's decision for a topic not in `topics` (see resolve_topic); NULL: not asked */
+     * send processor's decision for a topic not in `topics`, asked once per such send (lane_topic.c; never with ACL
+     * on); the entry it returns is added to `topics`. It may clear `topics` (metadata hooks) while a run is in C.
+     * NULL: not asked */
     PyObject *resolve;
     PyObject *next_qoff;    /* the store's {(topic, qid): next queue offset} */
     PyObject *listeners;    /* the store's dispatch listeners (only: are there any) */
@@ -34,7 +36,8 @@ typedef struct {
     int why;                /* why the last frame the lane stopped at is left to Python (a WHY_* value) */
     const char *busy; Py_ssize_t busy_n;  /* overload: every send of this run is refused with this remark */
     long long refused;      /* sends the last run refused */
-    /* delay levels: the schedule topic's lane entry (as in `topics`) and name, the delay of each level (ms) */
+    /* delay levels: the schedule topic's lane entry (as in `topics`; set whenever the topic exists) and name, the
+     * delay of each level (ms) */
     PyObject *delay_entry, *delay_topic;
     PyObject *half_entry, *half_topic;  /* transactional half messages: RMQ_SYS_TRANS_HALF_TOPIC's entry and name */
     long long delay_ms[MAX_LEVELS]; int n_levels;
@@ -117,7 +120,8 @@ int lane_write(Lane *l, PyObject *out);
 /* lane_topic.c: the one-entry topic cache dropped (the table changed); an entry checked (0, else -1 and a
  * TypeError); the send's topic entry into s->entry / s->topic_obj (new references; a topic not in the table is
  * resolved by the l->resolve callback: the Python processor's decision), the queue id, a retry topic's DLQ check:
- * 1 ok, 0 Python (l->why set by the caller for the topic, else here), -1 a Python exception. */
+ * 1 ok, 0 Python (the caller sets l->why for the topic and the queue, lane_retry_stays sets it), -1 a Python
+ * exception. */
 void lane_clear_cache(Lane *l);
 int lane_check_entry(PyObject *entry);
 int lane_topic_entry(Lane *l, Send *s);

@@ -1,26 +1,32 @@
 """The C send lane (``brokerd._native.SendLane``) wired to one broker.
 
 For the common case of SEND_MESSAGE (10) / SEND_MESSAGE_V2 (310) / SEND_BATCH_MESSAGE (320, or batch=true)
-with a JSON or ROCKETMQ binary header — a known writable topic; a plain, batch, delay-level or transactional half
-message (without a UNIQ_KEY it gets a new one, as in Python; a delayed one is stored in the schedule topic as
-``ScheduleService.apply_delay`` re-targets it, a half message in the half topic as ``transaction.to_half``
-does); a master store with no error flag set — the
-lane does in C what ``SendProcessor.process`` and ``MessageStore.put_message_deferred`` do in Python: stored
-record into the active commit-log segment (the records of one read written with one pwrite, as
-``CommitLog.append`` writes one), queue offset, consume-queue and key-index puts (their Python methods), and
-the response frame. Everything else stops the lane at that frame and goes through the Python processor, so
-requests keep their arrival order. With SYNC_FLUSH the responses of one read wait for one flush (group
-commit) and are written from its callback, as the Python path does per message; a flush timeout answers
-FLUSH_DISK_TIMEOUT.
+with a JSON or ROCKETMQ binary header — a writable topic, known or new (auto-created from the default topic); a
+plain, batch, delay-level or transactional half message, compressed or not (without a UNIQ_KEY it gets a new one,
+as in Python; a delayed one is stored in the schedule topic as ``ScheduleService.apply_delay`` re-targets it, a
+half message in the half topic as ``transaction.to_half`` does); a send to a ``%RETRY%`` topic that stays there
+(reconsumeTimes not over the max; the DLQ ones are Python's); a master store with no error flag set — the lane
+does in C what ``SendProcessor.process`` and ``MessageStore.put_message_deferred`` do in Python: stored record
+into the active commit-log segment (the records of one read written with one pwrite, as ``CommitLog.append``
+writes one), queue offset, consume-queue and key-index puts (their Python methods), and the response frame.
+Everything else stops the lane at that frame and goes through the Python processor, so requests keep their
+arrival order. With SYNC_FLUSH the responses of one read wait for one flush (group commit) and are written from
+its callback, as the Python path does per message; a flush timeout answers FLUSH_DISK_TIMEOUT.
 
 This module keeps the two sides in step:
 * gates, checked on every call: the lane runs only while the Python path would store at once (a writable
   master, no store error flag, no confirm-offset hold);
-* topics enter the lane after the Python processor stored a message for them (so every check of ``_check``
-  has passed once), the schedule topic's level queues / the half topic after it stored a delayed / half message
-  there; they leave it on any topic metadata change;
+* topics: a send whose topic is not in the C lane's table gets the Python processor's decision for it, once
+  for that request (``_resolve`` -> ``SendProcessor.lane_decision``: validation, auto-creation, perms, the queue
+  id; a retry topic's subscription group, its retryMaxTimes and orderly locks) and, when the message is stored
+  under it, the topic's entry, with which C stores the send itself; a declined one goes to Python. With ACL on,
+  a topic enters the lane for an account after the Python processor stored a message for it signed by that
+  account (``admit``). A queue without a consume queue yet gets one from its first put (``_first_put``, as the
+  store's dispatch creates it). The schedule and half topics are set whenever they exist. Topics leave the
+  lane on any topic metadata change, a retry topic also when its group changes or takes orderly locks
+  (``forget``, which may run inside ``_resolve`` while C is in a run: C keeps what the send in progress uses);
 * every send the Python processor takes while the lane exists is counted under the reason the lane left it
-  (``fallbacks``, on /metrics; names in ``FALLBACK_REASONS``);
+  (``fallbacks``, on /metrics; names in ``FALLBACK_REASONS`` and ``GATE_REASONS``);
 * after each run the store's and segment's positions, timestamps and the broker's counters are settled exactly
   as the Python append would have left them; a dispatch failure sets the store's error flag as the Python path
   does (``io_failed``), which closes the gate.
@@ -63,7 +69,13 @@ if TYPE_CHECKING:
     from brokerd.store.message_store import MessageStore
 
 STOP_END, STOP_FRAME, STOP_ROLL, STOP_ERROR = 0, 1, 2, 3  # 4: a failed write (see take_write_error)
-# why a send is left to the Python processor: the C lane's WHY_* values (lane.h, same order), then the gates here
+# why a send is left to the Python processor: the C lane's WHY_* values (lane.h, same order), then the gates here.
+# topic_not_admitted: the Python decision declined an existing topic (not writable, not allowed, a bad queue id),
+# or ACL on, where the lane takes a topic only after Python stored a send to it (``admit``); counted as new_topic
+# when the topic does not exist (a bad name, not creatable) and as retry_topic for a %RETRY% topic (the DLQ:
+# reconsumeTimes over the max, orderly locks; no group). queue_not_ready: a queue id the topic does not have.
+# delay: a DELAY value the lane does not read as Python does, more levels than the schedule topic has queues, or
+# no schedule topic. segment_full: also an empty store's first send (Python creates the first segment).
 FALLBACK_REASONS = ("none", "header", "not_send", "oneway", "batch", "header_fields", "transaction",
                     "topic_not_admitted", "queue_not_ready", "properties", "delay", "sync_wait_false", "too_large",
                     "acl")  # acl: not checkable in C (reasons in acl_misses), Python checks it
