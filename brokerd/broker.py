@@ -98,6 +98,8 @@ class Broker:
         self.send_lane = send.lane
         self.send_admission = send.admission
         self.dispatcher.lane = self.fast_dispatcher.lane = send.lane
+        if send.lane is not None:  # sends to a retry topic go to the DLQ while its group holds orderly locks
+            self.locks.on_locked = send.lane.forget_retry
         self.dispatcher.guard = self.fast_dispatcher.guard = self.acl
         for proc in (send, self.transactions, self.pull, OffsetProcessor(self), ClientProcessor(self),
                      SendBackProcessor(self), QueryProcessor(self), AdminProcessor(self)):
@@ -157,6 +159,8 @@ class Broker:
     # -- metadata hook: a created/changed topic is registered with the name servers at once ---------------
 
     def on_change(self, change: MetadataChange) -> None:
+        if change.kind == "subscription_group" and self.send_lane is not None:
+            self.send_lane.forget_retry(change.key)  # its retryMaxTimes decides between retry topic and DLQ
         if change.kind == "topic":
             if self.send_lane is not None:
                 self.send_lane.forget(change.key)

@@ -179,6 +179,7 @@ class RebalanceLockManager:
         self.locks: dict[str, dict[tuple[str, str, int], tuple[str, float]]] = {}
         self.ttl = lock_max_live_ms / 1000.0
         self.now = now
+        self.on_locked: Callable[[str], None] | None = None  # group: it took (or renewed) a lock
 
     def try_lock(self, group: str, client_id: str, mqs: list[tuple[str, str, int]]) -> list[tuple[str, str, int]]:
         table = self.locks.setdefault(group, {})
@@ -189,6 +190,8 @@ class RebalanceLockManager:
             if holder is None or holder[0] == client_id or holder[1] < now:
                 table[mq] = (client_id, now + self.ttl)
                 got.append(mq)
+        if got and self.on_locked is not None:
+            self.on_locked(group)
         return got
 
     def unlock(self, group: str, client_id: str, mqs: list[tuple[str, str, int]]) -> None:

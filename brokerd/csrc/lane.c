@@ -3,14 +3,14 @@
 #include "lane.h"
 
 static int Lane_traverse(Lane *l, visitproc visit, void *arg) {
-    Py_VISIT(l->topics); Py_VISIT(l->next_qoff); Py_VISIT(l->listeners); Py_VISIT(l->index_put); Py_VISIT(l->error); Py_VISIT(l->write_error); Py_VISIT(l->last_entry); Py_VISIT(l->last_topic_obj);
+    Py_VISIT(l->topics); Py_VISIT(l->resolve); Py_VISIT(l->next_qoff); Py_VISIT(l->listeners); Py_VISIT(l->index_put); Py_VISIT(l->error); Py_VISIT(l->write_error); Py_VISIT(l->last_entry); Py_VISIT(l->last_topic_obj);
     Py_VISIT(l->acl); Py_VISIT(l->acl_key);
     Py_VISIT(l->delay_entry); Py_VISIT(l->delay_topic); Py_VISIT(l->half_entry); Py_VISIT(l->half_topic);
     return 0;
 }
 
 static int Lane_clear(Lane *l) {
-    Py_CLEAR(l->topics); Py_CLEAR(l->next_qoff); Py_CLEAR(l->listeners); Py_CLEAR(l->index_put); Py_CLEAR(l->error); Py_CLEAR(l->write_error);
+    Py_CLEAR(l->topics); Py_CLEAR(l->resolve); Py_CLEAR(l->next_qoff); Py_CLEAR(l->listeners); Py_CLEAR(l->index_put); Py_CLEAR(l->error); Py_CLEAR(l->write_error);
     Py_CLEAR(l->acl); Py_CLEAR(l->acl_key);
     Py_CLEAR(l->delay_entry); Py_CLEAR(l->delay_topic); Py_CLEAR(l->half_entry); Py_CLEAR(l->half_topic);
     lane_clear_cache(l);
@@ -74,18 +74,9 @@ static int Lane_init(Lane *l, PyObject *args, PyObject *kw) {
     return 0;
 }
 
-/* A topic's lane entry: (prefix, magic, write_qnums, read_qnums, qkeys, cq_puts); 0 ok, -1 TypeError. */
-static int check_entry(PyObject *entry) {
-    if (PyTuple_GET_SIZE(entry) == 6 && PyBytes_Check(PyTuple_GET_ITEM(entry, 0)) &&
-        PyTuple_Check(PyTuple_GET_ITEM(entry, 4)) && PyTuple_Check(PyTuple_GET_ITEM(entry, 5)))
-        return 0;
-    PyErr_SetString(PyExc_TypeError, "entry must be (prefix, magic, write_qnums, read_qnums, qkeys, cq_puts)");
-    return -1;
-}
-
 static PyObject *Lane_add_topic(Lane *l, PyObject *args) {
     PyObject *topic, *entry;
-    if (!PyArg_ParseTuple(args, "UO!", &topic, &PyTuple_Type, &entry) || check_entry(entry)) return NULL;
+    if (!PyArg_ParseTuple(args, "UO!", &topic, &PyTuple_Type, &entry) || lane_check_entry(entry)) return NULL;
     if (PyDict_SetItem(l->topics, topic, entry) < 0) return NULL;
     lane_clear_cache(l);
     Py_RETURN_NONE;
@@ -100,7 +91,7 @@ static void set_target(PyObject **topic_slot, PyObject **entry_slot, PyObject *t
 /* set_delay(topic, entry, levels_ms): delayed sends are stored in `topic` (an entry as add_topic's) */
 static PyObject *Lane_set_delay(Lane *l, PyObject *args) {
     PyObject *topic, *entry, *levels;
-    if (!PyArg_ParseTuple(args, "UO!O!", &topic, &PyTuple_Type, &entry, &PyTuple_Type, &levels) || check_entry(entry))
+    if (!PyArg_ParseTuple(args, "UO!O!", &topic, &PyTuple_Type, &entry, &PyTuple_Type, &levels) || lane_check_entry(entry))
         return NULL;
     Py_ssize_t n = PyTuple_GET_SIZE(levels);
     if (n < 1 || n > MAX_LEVELS) {
@@ -119,11 +110,13 @@ static PyObject *Lane_set_delay(Lane *l, PyObject *args) {
 /* set_half(topic, entry): prepared transactional sends are stored in `topic` (an entry as add_topic's) */
 static PyObject *Lane_set_half(Lane *l, PyObject *args) {
     PyObject *topic, *entry;
-    if (!PyArg_ParseTuple(args, "UO!", &topic, &PyTuple_Type, &entry) || check_entry(entry)) return NULL;
+    if (!PyArg_ParseTuple(args, "UO!", &topic, &PyTuple_Type, &entry) || lane_check_entry(entry)) return NULL;
     set_target(&l->half_topic, &l->half_entry, topic, entry);
     Py_RETURN_NONE;
 }
 
+/* Also called from the resolve callback while run() is in C (a metadata hook): the send in progress holds its own
+ * references (Send.entry / topic_obj), nothing else is borrowed from the table or the cache across a call. */
 static PyObject *Lane_clear_topics(Lane *l, PyObject *unused) {
     PyDict_Clear(l->topics);
     Py_CLEAR(l->delay_entry);
@@ -240,6 +233,17 @@ static int Lane_set_sync(Lane *l, PyObject *v, void *unused) {
 
 static PyObject *Lane_get_sync(Lane *l, void *unused) { return PyBool_FromLong(l->sync); }
 
+static int Lane_set_resolver(Lane *l, PyObject *v, void *unused) {
+    if (v != NULL && v != Py_None && !PyCallable_Check(v)) {
+        PyErr_SetString(PyExc_TypeError, "resolver must be callable or None");
+        return -1;
+    }
+    Py_XSETREF(l->resolve, v != NULL && v != Py_None ? Py_NewRef(v) : NULL);
+    return 0;
+}
+
+static PyObject *Lane_get_resolver(Lane *l, void *unused) { return Py_NewRef(l->resolve ? l->resolve : Py_None); }
+
 static PyObject *Lane_get(Lane *l, void *which) {
     switch ((intptr_t)which) {
         case 0: return PyLong_FromLongLong(l->wrote);
@@ -266,6 +270,9 @@ static PyGetSetDef Lane_getset[] = {
      "send_lane.FALLBACK_REASONS)", (void *)7},
     {"refused", (getter)Lane_get, NULL, "sends the last run answered SYSTEM_BUSY (run with busy)", (void *)8},
     {"sync", (getter)Lane_get_sync, (setter)Lane_set_sync, "SYNC_FLUSH: WAIT=false sends go to Python", NULL},
+    {"resolver", (getter)Lane_get_resolver, (setter)Lane_set_resolver,
+     "resolver(topic, default_topic, default_queue_nums, queue_id, batch) -> entry or None: asked once for a send "
+     "whose topic is not in the table (ACL off); the entry it returns is added to the table", NULL},
     {NULL},
 };
 

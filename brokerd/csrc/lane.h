@@ -1,6 +1,6 @@
-/* What lane.c and lane_send.c share, and nothing else: the lane's state and the three functions lane_send.c
- * exports. lane.c (the Python type SendLane) calls into lane_send.c (one send from frame to answer); never the
- * other way. */
+/* What lane.c, lane_send.c and lane_topic.c share, and nothing else: the lane's state and the functions they
+ * export. lane.c (the Python type SendLane) calls into lane_send.c (one send from frame to answer) and
+ * lane_topic.c (the topic table); lane_send.c calls into lane_topic.c; never the other way. */
 #ifndef BROKERD_LANE_H
 #define BROKERD_LANE_H
 #include "send.h"
@@ -11,9 +11,21 @@
 #define STAGE_MAX (1 << 20)  /* staged record bytes written at once (a larger record is staged alone) */
 #define MAX_LEVELS 64
 
+/* A topic's lane entry (a tuple, checked by lane_check_entry): (prefix bytes, magic, write_qnums, read_qnums,
+ * qkeys tuple, cq_puts tuple, retry_max). cq_puts holds a callable per queue (the consume queue's put; for a queue
+ * without a consume queue yet, a Python function that creates it as the store's dispatch does); retry_max is None,
+ * or for a %RETRY% topic its group's retryMaxTimes (a send whose reconsumeTimes is over the max goes to the DLQ:
+ * Python). */
+#define ENTRY_SIZE 7
+
 typedef struct {
     PyObject_HEAD
-    PyObject *topics;       /* dict: topic str -> (prefix bytes, magic, write_qnums, read_qnums, qkeys tuple, cq_puts tuple) */
+    PyObject *topics;       /* dict: topic str -> its entry */
+    /* callable(topic, default_topic or None, default_queue_nums, queue_id, batch) -> entry or None: the Python
+     * send processor's decision for a topic not in `topics`, asked once per such send (lane_topic.c; never with ACL
+     * on); the entry it returns is added to `topics`. It may clear `topics` (metadata hooks) while a run is in C.
+     * NULL: not asked */
+    PyObject *resolve;
     PyObject *next_qoff;    /* the store's {(topic, qid): next queue offset} */
     PyObject *listeners;    /* the store's dispatch listeners (only: are there any) */
     PyObject *index_put;    /* callable (topic, keys, phys, ts) or None */
@@ -24,7 +36,8 @@ typedef struct {
     int why;                /* why the last frame the lane stopped at is left to Python (a WHY_* value) */
     const char *busy; Py_ssize_t busy_n;  /* overload: every send of this run is refused with this remark */
     long long refused;      /* sends the last run refused */
-    /* delay levels: the schedule topic's lane entry (as in `topics`) and name, the delay of each level (ms) */
+    /* delay levels: the schedule topic's lane entry (as in `topics`; set whenever the topic exists) and name, the
+     * delay of each level (ms) */
     PyObject *delay_entry, *delay_topic;
     PyObject *half_entry, *half_topic;  /* transactional half messages: RMQ_SYS_TRANS_HALF_TOPIC's entry and name */
     long long delay_ms[MAX_LEVELS]; int n_levels;
@@ -62,8 +75,13 @@ typedef struct {
 typedef struct {
     Hdr h;
     long long qid, sys_flag, born_ts, flag, reconsume;
-    PyObject *entry;     /* borrowed: the lane entry of the topic stored under (the schedule topic's when delayed) */
-    PyObject *topic_obj; /* borrowed: that topic's name (the key index's topic) */
+    long long default_qnums;  /* defaultTopicQueueNums (a new topic's queues) */
+    long long max_reconsume;  /* maxReconsumeTimes (used when has_max: present and header version >= 121) */
+    int has_max;
+    /* owned (a callback may clear the lane's table and cache during the send): the lane entry of the topic stored
+     * under (the schedule / half topic's when re-targeted) and that topic's name (the key index's topic) */
+    PyObject *entry;
+    PyObject *topic_obj;
     const char *topic_p; Py_ssize_t topic_n;  /* the request's topic (UTF-8, unescaped) */
     long long answer_qid; /* the queue id the answer names (the request's, also when delayed) */
     int level;           /* delay level (> 0: stored in the schedule topic's queue level - 1) */
@@ -82,6 +100,10 @@ typedef struct {
 enum { WHY_NONE, WHY_HEADER, WHY_NOT_SEND, WHY_ONEWAY, WHY_BATCH, WHY_FIELDS, WHY_TRANSACTION, WHY_TOPIC, WHY_QUEUE,
        WHY_PROPERTIES, WHY_DELAY, WHY_WAIT_FALSE, WHY_SIZE, WHY_ACL };
 
+#define PYTHON(reason) do { l->why = (reason); return 0; } while (0)  /* leave the frame to Python, for `reason` */
+#define V2(h) ((h)->code != 10)  /* 310 and 320 name their fields a..m, 10 in full */
+#define F(h, short_name, long_name) (V2(h) ? (short_name) : (long_name))
+
 enum { STOP_END = 0, STOP_FRAME = 1, STOP_ROLL = 2, STOP_ERROR = 3, STOP_WRITE_FAILED = 4 };
 
 /* The frame of `total` bytes at b (its length field included) as a common-case send: 1 taken, 0 not (Python
@@ -94,7 +116,17 @@ int lane_one(Lane *l, const unsigned char *b, Py_ssize_t total, long long base, 
  * as stored: the run's results are back at its start, its answers are removed from `out`, l->write_error is set
  * (consume-queue entries already put for it point past the log end until recovery; the store stops writes). */
 int lane_write(Lane *l, PyObject *out);
+
+/* lane_topic.c: the one-entry topic cache dropped (the table changed); an entry checked (0, else -1 and a
+ * TypeError); the send's topic entry into s->entry / s->topic_obj (new references; a topic not in the table is
+ * resolved by the l->resolve callback: the Python processor's decision), the queue id, a retry topic's DLQ check:
+ * 1 ok, 0 Python (the caller sets l->why for the topic and the queue, lane_retry_stays sets it), -1 a Python
+ * exception. */
 void lane_clear_cache(Lane *l);
+int lane_check_entry(PyObject *entry);
+int lane_topic_entry(Lane *l, Send *s);
+int lane_choose_queue(Lane *l, Send *s);
+int lane_retry_stays(Lane *l, Send *s);
 /* ACL on (l->acl set): 1 the send is signed by an account admitted for its topic (s->entry found), 0 Python
  * decides (l->acl_miss counted), -1 a Python exception. */
 enum { ACL_NO_KEY = 0, ACL_NOT_ADMITTED = 1, ACL_BAD_SIG = 2, ACL_UNSUPPORTED = 3 };

@@ -1,23 +1,15 @@
 /* One common-case SEND_MESSAGE (10) / SEND_MESSAGE_V2 (310) / batch (320 or batch=true; a record per message):
- * from frame bytes to the stored record, the queue
- * offset, the consume-queue and index puts and the answer frame. Every check the Python send processor makes
- * either passes here or hands the frame to it (return 0), so both paths store and answer the same. */
+ * from frame bytes to the stored record, the queue offset, the consume-queue and index puts and the answer frame.
+ * Every check the Python send processor makes either passes here or hands the frame to it (return 0), so both
+ * paths store and answer the same; the decisions that need the broker's metadata (a topic the lane does not know
+ * yet: validation, auto-creation, perms, a retry topic's group) are the Python processor's, asked once per such
+ * request through the lane's resolve callback. */
 #include "lane.h"
 
 #include <errno.h>
 #include <strings.h>
 #include <time.h>
 #include <unistd.h>
-
-/* The one-entry topic cache (Lane.last_*): dropped when the topic table changes (lane.c) or misses (here). */
-void lane_clear_cache(Lane *l) {
-    Py_CLEAR(l->last_entry);
-    Py_CLEAR(l->last_topic_obj);
-    l->last_topic_n = -1;
-}
-
-#define V2(h) ((h)->code != 10)  /* 310 and 320 name their fields a..m, 10 in full */
-#define F(h, short_name, long_name) (V2(h) ? (short_name) : (long_name))
 
 /* The batch field as the Python processor reads it (value.lower() in ("true", "1"); C++ clients send "0"); an
  * escaped string counts as a batch, so Python decides. */
@@ -37,61 +29,22 @@ static int send_fields(Send *s) {
     int absent = be == NULL || be->kind == V_NULL || (be->kind == V_STR && be->s.n == 0);
     if (!absent && be->kind == V_STR && be->s.esc) return WHY_BATCH;
     s->batch = absent ? h->code == 320 : is_batch(be);  /* as parse_send_header reads it */
-    long long unused;
     if (ext_int(h, F(h, "e", "queueId"), -1, &s->qid) || ext_int(h, F(h, "f", "sysFlag"), 0, &s->sys_flag) ||
         ext_int(h, F(h, "g", "bornTimestamp"), 0, &s->born_ts) || ext_int(h, F(h, "h", "flag"), 0, &s->flag) ||
         ext_int(h, F(h, "j", "reconsumeTimes"), 0, &s->reconsume) ||
-        ext_int(h, F(h, "d", "defaultTopicQueueNums"), 4, &unused))
+        ext_int(h, F(h, "d", "defaultTopicQueueNums"), 4, &s->default_qnums))
         return WHY_FIELDS;
+    /* maxReconsumeTimes: read (and a bad one refused) only from version 121 on, as parse_send_header reads it */
+    const Ext *me = find_ext(h, F(h, "l", "maxReconsumeTimes"), v2 ? 1 : 17);
+    s->has_max = (h->version_kind ? h->version : 0) >= 121 && me != NULL && me->kind != V_NULL &&
+                 !(me->kind == V_STR && me->s.n == 0);
+    if (s->has_max && ext_int(h, F(h, "l", "maxReconsumeTimes"), 16, &s->max_reconsume)) return WHY_FIELDS;
     s->half = (s->sys_flag & 0xC) != 0;  /* prepared: a half message (build_props checks TRAN_MSG) */
     if ((s->sys_flag & 0xC) != 0 && ((s->sys_flag & 0xC) != 0x4 || s->batch)) return WHY_TRANSACTION;
     if (s->sys_flag < INT32_MIN || s->sys_flag > INT32_MAX || s->flag < INT32_MIN ||
         s->flag > INT32_MAX || s->reconsume < INT32_MIN || s->reconsume > INT32_MAX)
         return WHY_FIELDS;  /* out-of-range numbers: Python */
     return 0;
-}
-
-/* The lane entry of the send's topic (a one-entry cache in front of the topics dict); 1 ok, 0 Python, -1. */
-static int topic_entry(Lane *l, Send *s) {
-    const Hdr *h = &s->h;
-    const Ext *te = find_ext(h, F(h, "b", "topic"), V2(h) ? 1 : 5);
-    if (te == NULL || te->kind != V_STR || te->s.esc || te->s.n == 0 || te->s.n > 255) return 0;
-    s->topic_p = te->s.p;
-    s->topic_n = te->s.n;
-    if (l->last_topic_n == te->s.n && memcmp(l->last_topic, te->s.p, te->s.n) == 0) {
-        s->entry = l->last_entry;
-        s->topic_obj = l->last_topic_obj;
-        return 1;
-    }
-    PyObject *t = PyUnicode_DecodeUTF8(te->s.p, te->s.n, NULL);
-    if (t == NULL) { PyErr_Clear(); return 0; }
-    PyObject *entry = PyDict_GetItemWithError(l->topics, t);
-    if (entry == NULL) { Py_DECREF(t); return PyErr_Occurred() ? -1 : 0; }
-    lane_clear_cache(l);
-    memcpy(l->last_topic, te->s.p, te->s.n);
-    l->last_topic_n = te->s.n;
-    l->last_entry = Py_NewRef(entry);
-    l->last_topic_obj = t;
-    s->entry = entry;
-    s->topic_obj = t;
-    return 1;
-}
-
-/* A queue id the topic has (-1: a random write queue); 1 ok, 0 Python. Its consume queue is checked once the
- * send is known not to be delayed (queue_ready). */
-static int choose_queue(Lane *l, Send *s) {
-    long wq = PyLong_AsLong(PyTuple_GET_ITEM(s->entry, 2)), rq = PyLong_AsLong(PyTuple_GET_ITEM(s->entry, 3));
-    PyObject *qkeys = PyTuple_GET_ITEM(s->entry, 4), *cq_puts = PyTuple_GET_ITEM(s->entry, 5);
-    if (PyErr_Occurred()) return -1;
-    if (s->qid < 0) {
-        if (wq <= 0) return 0;
-        l->rng ^= l->rng << 13; l->rng ^= l->rng >> 7; l->rng ^= l->rng << 17;
-        s->qid = (long long)(l->rng % (uint64_t)wq);
-    }
-    if (s->qid >= (wq > rq ? wq : rq) || s->qid >= PyTuple_GET_SIZE(qkeys) || s->qid >= PyTuple_GET_SIZE(cq_puts))
-        return 0;
-    s->answer_qid = s->qid;
-    return 1;
 }
 
 /* A new UNIQ_KEY into l->gen_uniq, as brokerd.message.new_uniq_id makes one: the prefix, then the ms since the
@@ -130,12 +83,11 @@ static int delay_level(Lane *l, Send *s, const Prop *d) {
         v = v * 10 + (d->v[i] - '0');
     }
     if (v == 0) return 0;  /* level 0: a plain message */
-    if (l->delay_entry == NULL) return WHY_DELAY;  /* the schedule topic is not admitted yet */
+    if (l->delay_entry == NULL) return WHY_DELAY;  /* the schedule topic is not set (or does not exist) */
     s->level = (int)(v < l->n_levels ? v : l->n_levels);
-    PyObject *cq_puts = PyTuple_GET_ITEM(l->delay_entry, 5);
-    if (s->level > PyTuple_GET_SIZE(cq_puts) || s->level > PyTuple_GET_SIZE(PyTuple_GET_ITEM(l->delay_entry, 4)) ||
-        PyTuple_GET_ITEM(cq_puts, s->level - 1) == Py_None)
-        return WHY_DELAY;  /* the level's queue does not exist yet: Python creates it */
+    if (s->level > PyTuple_GET_SIZE(PyTuple_GET_ITEM(l->delay_entry, 5)) ||
+        s->level > PyTuple_GET_SIZE(PyTuple_GET_ITEM(l->delay_entry, 4)))
+        return WHY_DELAY;  /* more levels than the schedule topic has queues */
     return 0;
 }
 
@@ -200,19 +152,17 @@ static int build_props(Lane *l, Send *s, const char *raw, Py_ssize_t n, int dela
     }
     s->pn = pn;
     if (s->level > 0) {  /* stored in the schedule topic's queue of the level */
-        s->entry = l->delay_entry;
-        s->topic_obj = l->delay_topic;
+        Py_SETREF(s->entry, Py_NewRef(l->delay_entry));
+        Py_SETREF(s->topic_obj, Py_NewRef(l->delay_topic));
         s->qid = s->level - 1;
     } else if (s->half) {  /* as to_half: queue 0 of the half topic, no transaction bits */
-        s->entry = l->half_entry;
-        s->topic_obj = l->half_topic;
+        Py_SETREF(s->entry, Py_NewRef(l->half_entry));
+        Py_SETREF(s->topic_obj, Py_NewRef(l->half_topic));
         s->qid = 0;
         s->sys_flag &= ~0xC;
     }
     return 0;
 }
-
-#define PYTHON(reason) do { l->why = (reason); return 0; } while (0)
 
 /* Parse and check the whole request; 1 ok, 0 Python (l->why says why), -1 a Python exception. */
 static int parse_send(Lane *l, const unsigned char *b, Py_ssize_t total, Send *s) {
@@ -228,9 +178,10 @@ static int parse_send(Lane *l, const unsigned char *b, Py_ssize_t total, Send *s
     if (h->ext_kind != 1) PYTHON(WHY_HEADER);
     int why = send_fields(s);
     if (why) PYTHON(why);
-    int r = topic_entry(l, s);
+    int r = lane_topic_entry(l, s);
     if (r == 0) PYTHON(WHY_TOPIC);
-    if (r == 1 && (r = choose_queue(l, s)) == 0) PYTHON(WHY_QUEUE);
+    if (r == 1 && (r = lane_choose_queue(l, s)) == 0) PYTHON(WHY_QUEUE);
+    if (r == 1) r = lane_retry_stays(l, s);
     if (r != 1) return r;
     s->body = (const char *)b + 8 + hlen;
     s->blen = total - 4 - hlen;
@@ -241,12 +192,9 @@ static int parse_send(Lane *l, const unsigned char *b, Py_ssize_t total, Send *s
     }
     if (s->batch) {  /* the header's properties are not used; lane_batch checks each message */
         s->level = 0;
-        if (PyTuple_GET_ITEM(PyTuple_GET_ITEM(s->entry, 5), s->qid) == Py_None) PYTHON(WHY_QUEUE);
         return 1;
     }
     if ((why = send_props(l, s)) != 0) PYTHON(why);
-    if (PyTuple_GET_ITEM(PyTuple_GET_ITEM(s->entry, 5), s->qid) == Py_None)
-        PYTHON(WHY_QUEUE);  /* no consume queue yet: Python creates it */
     if (s->blen > l->max_body) PYTHON(WHY_SIZE);  /* Python answers MESSAGE_ILLEGAL */
     s->size = HEADER_V4_SIZE + s->blen + PyBytes_GET_SIZE(PyTuple_GET_ITEM(s->entry, 0)) + 2 + s->pn;
     if (s->size + 8 > l->segment_size) PYTHON(WHY_SIZE);
@@ -504,35 +452,46 @@ static int lane_batch(Lane *l, Send *s, long long base, long long limit, const u
     return r == 0 ? 1 : r;
 }
 
-int lane_one(Lane *l, const unsigned char *b, Py_ssize_t total, long long base, long long limit,
-             const unsigned char *born_ip, long long born_port, PyObject *out, PyObject *notes) {
-    if (l->busy != NULL) return refuse(l, b, total, out);
-    Send s;
-    int r = parse_send(l, b, total, &s);
-    if (r != 1) return r;
-    if (s.batch) return lane_batch(l, &s, base, limit, born_ip, born_port, out, notes);
-    if (l->wrote + s.size + 8 > limit) return 2;
-    if ((r = stage_room(l, s.size, out)) != 0) return r;
-    PyObject *qkey = PyTuple_GET_ITEM(PyTuple_GET_ITEM(s.entry, 4), s.qid);
+/* lane_one for a parsed single send (s->entry set). */
+static int lane_single(Lane *l, Send *s, long long base, long long limit, const unsigned char *born_ip,
+                       long long born_port, PyObject *out, PyObject *notes) {
+    int r;
+    if (l->wrote + s->size + 8 > limit) return 2;
+    if ((r = stage_room(l, s->size, out)) != 0) return r;
+    PyObject *qkey = PyTuple_GET_ITEM(PyTuple_GET_ITEM(s->entry, 4), s->qid);
     PyObject *cur = PyDict_GetItemWithError(l->next_qoff, qkey);
     long long qoff = cur != NULL ? PyLong_AsLongLong(cur) : 0;
     uint32_t crc;
-    if (PyErr_Occurred() || crc_of(s.body, s.blen, &crc)) return -1;
+    if (PyErr_Occurred() || crc_of(s->body, s->blen, &crc)) return -1;
     PyObject *nq = PyLong_FromLongLong(qoff + 1);  /* the last step that can fail: nothing written before it */
     if (nq == NULL || PyDict_SetItem(l->next_qoff, qkey, nq) < 0) { Py_XDECREF(nq); return -1; }
     Py_DECREF(nq);
     long long ts = now_ms(), phys = base + l->wrote;
-    write_record(l, &s, l->stage + l->stage_n, qoff, phys, ts, crc, born_ip, born_port);
-    l->stage_n += s.size;
-    l->wrote += s.size;
+    write_record(l, s, l->stage + l->stage_n, qoff, phys, ts, crc, born_ip, born_port);
+    l->stage_n += s->size;
+    l->wrote += s->size;
     l->msgs++;
-    l->bytes += s.size;
+    l->bytes += s->size;
     l->last_ts = ts;
-    if (l->error == NULL) dispatch(l, &s, qkey, qoff, phys, ts, notes);
+    if (l->error == NULL) dispatch(l, s, qkey, qoff, phys, ts, notes);
     char id[32];
     offset_id(l, phys, id);
-    PyObject *fb = answer(l, &s, qoff, id, 32, s.uniq->v, s.uniq->vn);
+    PyObject *fb = answer(l, s, qoff, id, 32, s->uniq->v, s->uniq->vn);
     if (fb == NULL || PyList_Append(out, fb) < 0) PyErr_Clear();  /* stored: the client times out, retries */
     Py_XDECREF(fb);
     return 1;
+}
+
+int lane_one(Lane *l, const unsigned char *b, Py_ssize_t total, long long base, long long limit,
+             const unsigned char *born_ip, long long born_port, PyObject *out, PyObject *notes) {
+    if (l->busy != NULL) return refuse(l, b, total, out);
+    Send s;
+    s.entry = s.topic_obj = NULL;
+    int r = parse_send(l, b, total, &s);
+    if (r == 1)
+        r = s.batch ? lane_batch(l, &s, base, limit, born_ip, born_port, out, notes)
+                    : lane_single(l, &s, base, limit, born_ip, born_port, out, notes);
+    Py_XDECREF(s.entry);
+    Py_XDECREF(s.topic_obj);
+    return r;
 }

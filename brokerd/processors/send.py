@@ -97,7 +97,8 @@ class SendProcessor:
         self._valid_topics: set[str] = set()
         self._tag_codes: dict[str, int] = {}
         self.admission = SendAdmission(lambda: broker.cfg, self._flushed)  # overload shedding, shared with the lane
-        self.lane = SendLane(broker, NOT_ALLOWED_SEND_TOPICS, self.admission) if native is not None else None
+        self.lane = (SendLane(broker, NOT_ALLOWED_SEND_TOPICS, self.admission, self.lane_decision)
+                     if native is not None else None)
 
     def _flushed(self) -> int | None:
         """The log offset durable so far when sends wait for the disk flush (SYNC_FLUSH), else None."""
@@ -122,7 +123,12 @@ class SendProcessor:
         if busy is not None:  # overload: answered at once, not stored
             self.admission.refuse(busy)
             return cmd.response(ResponseCode.SYSTEM_BUSY, busy)
-        h = parse_send_header(cmd)
+        try:
+            h = parse_send_header(cmd)
+        except HeaderError:  # answered INVALID_PARAMETER by the dispatcher
+            if self.lane is not None:
+                self.lane.count_fallback(cmd.ext.get("b") or cmd.ext.get("topic") or "", True)
+            raise
         if self.lane is not None:
             self.lane.count_fallback(h.topic, self.broker.meta.topics.get(h.topic) is not None)
         err = self._check(cmd, h)
@@ -171,29 +177,57 @@ class SendProcessor:
         if not b.is_writeable():
             return cmd.response(ResponseCode.NO_PERMISSION,
                                 f"the broker[{b.cfg.broker_ip1}] sending message is forbidden")
-        if h.topic not in self._valid_topics:
-            problem = validate_topic(h.topic)
+        tc = self._topic_config(h.topic, h.default_topic, h.default_topic_queue_nums)
+        return tc if isinstance(tc, TopicConfig) else cmd.response(*tc)
+
+    def _topic_config(self, topic: str, default_topic: str, default_queue_nums: int) -> TopicConfig | tuple[int, str]:
+        """The config of a send's topic (created when it does not exist and may be), or the refusal's (code,
+        remark)."""
+        if topic not in self._valid_topics:
+            problem = validate_topic(topic)
             if problem:
-                return cmd.response(ResponseCode.INVALID_PARAMETER, problem)
-            if h.topic in NOT_ALLOWED_SEND_TOPICS:
-                return cmd.response(ResponseCode.NO_PERMISSION, f"Sending message to topic[{h.topic}] is forbidden.")
+                return ResponseCode.INVALID_PARAMETER, problem
+            if topic in NOT_ALLOWED_SEND_TOPICS:
+                return ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden."
             if len(self._valid_topics) > 100_000:
                 self._valid_topics.clear()
-            self._valid_topics.add(h.topic)
-        topics = b.meta.topics
-        tc = topics.get(h.topic)
+            self._valid_topics.add(topic)
+        topics = self.broker.meta.topics
+        tc = topics.get(topic)
         if tc is None:
-            if h.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-                tc = topics.create_topic_in_send_back_method(h.topic, 1, 6, 0)
+            if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+                tc = topics.create_topic_in_send_back_method(topic, 1, 6, 0)
             else:
-                tc = topics.create_topic_in_send_message_method(
-                    h.topic, h.default_topic, "", h.default_topic_queue_nums, 0)
+                tc = topics.create_topic_in_send_message_method(topic, default_topic, "", default_queue_nums, 0)
             if tc is None:
-                return cmd.response(ResponseCode.TOPIC_NOT_EXIST,
-                                    f"topic[{h.topic}] not exist, apply first please!")
+                return ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!"
         if not tc.perm & PERM_WRITE:
-            return cmd.response(ResponseCode.NO_PERMISSION, f"the topic[{h.topic}] sending message is forbidden")
+            return ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden"
         return tc
+
+    def lane_decision(self, topic: str, default_topic: str, default_queue_nums: int, queue_id: int,
+                      batch: bool) -> tuple[TopicConfig, int | None] | None:
+        """For the C lane, which met a send to ``topic`` it does not know yet: the decisions ``process`` makes for
+        that send before it stores it, with the same effects in the same order (the topic auto-created; a retry
+        topic's subscription group). The topic's config and, for a retry topic, its group's retryMaxTimes (the lane
+        leaves a message whose reconsume times are over it to ``process``: the DLQ), when ``process`` would store
+        the message under this topic (or re-target it: delayed, half). None when ``process`` answers an error or
+        sends the message to the DLQ: the lane leaves the send to it, and the steps taken here have no further
+        effect when it repeats them."""
+        tc = self._topic_config(topic, default_topic, default_queue_nums)
+        if not isinstance(tc, TopicConfig):
+            return None
+        if queue_id >= max(tc.write_queue_nums, tc.read_queue_nums) or (queue_id < 0 and tc.write_queue_nums <= 0):
+            return None  # an invalid queue (answered INVALID_PARAMETER); no write queue to pick one from
+        if not topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            return tc, None
+        if batch:  # answered MESSAGE_ILLEGAL
+            return None
+        group = topic[len(RETRY_GROUP_TOPIC_PREFIX):]
+        sg = self.broker.meta.subscriptions.find_or_create(group)
+        if sg is None or self.broker.locks.has_live_locks(group):  # SUBSCRIPTION_GROUP_NOT_EXIST; the DLQ
+            return None
+        return tc, sg.retry_max_times
 
     def _retry_or_dlq(self, cmd: RemotingCommand, h: SendHeader, topic: str, queue_id: int,
                       props: dict[str, str]) -> tuple[str, int, RemotingCommand | None]:

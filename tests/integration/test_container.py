@@ -164,7 +164,8 @@ def test_update_and_get_broker_config_over_admin_port(three: Cluster) -> None:
 
 
 def test_metrics_are_per_broker(three: Cluster) -> None:
-    for i in range(10):  # without a UNIQ_KEY, then with one: the first creates the topic (Python), then the C lane
+    for i in range(10):  # without a UNIQ_KEY, then with one: the first creates the store's first segment (Python),
+        # then the C lane (the first of which asks Python to create the topic)
         send = {"a": "pg", "b": "T_metrics", "c": "TBW102", "d": "4", "e": "0", "f": "0", "g": "0", "h": "0",
                 "i": f"UNIQ_KEY\x01M{i}\x02" if i >= 5 else ""}
         assert rpc(three.broker_addr(0), 310, send, b"12345").code == 0
@@ -176,7 +177,8 @@ def test_metrics_are_per_broker(three: Cluster) -> None:
     lane = 9 if native is not None else 0  # the daemon inherits BROKERD_NATIVE from this process
     assert f'rocketmq_send_lane_messages_total{{broker="DefaultCluster:broker-a:0"}} {lane}' in text
     if native is not None:  # the one send the lane left to Python, by reason
-        assert 'rocketmq_send_lane_fallbacks_total{broker="DefaultCluster:broker-a:0",reason="new_topic"} 1' in text
+        assert 'rocketmq_send_lane_fallbacks_total{broker="DefaultCluster:broker-a:0",reason="segment_full"} 1' in text
+        assert 'rocketmq_send_lane_fallbacks_total{broker="DefaultCluster:broker-a:0",reason="new_topic"} 0' in text
         assert 'rocketmq_send_lane_fallbacks_total{broker="DefaultCluster:broker-a:0",reason="batch"} 0' in text
     out = mqadmin("brokerStatus", "-b", three.broker_addr(0))
     assert out.returncode == 0 and "msgPutTotalTodayNow" in out.stdout and ": 10" in out.stdout

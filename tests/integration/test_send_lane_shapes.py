@@ -1,11 +1,12 @@
 """The C send lane against the Python send path for each send shape beyond the plain one: a new topic's sends,
-delay levels, batches (same request stream into a broker with and without the lane: same records, queues,
-index and answers)."""
+delay levels, batches, half messages (same request stream into a broker with and without the lane: same records,
+queues, index and answers)."""
 
 from __future__ import annotations
 
 import dataclasses
 import random
+import zlib
 from pathlib import Path
 
 import pytest
@@ -31,29 +32,34 @@ __all__ = ["same_generated_ids"]  # the autouse fixture: the Python path's gener
 
 
 @pytest.mark.parametrize("v1", [False, True])
-async def test_a_new_topics_sends_take_the_lane_once_python_created_it(tmp_path: Path, v1: bool) -> None:
-    """A topic auto-created by its first send (TBW102): each queue's first send goes through Python (it creates
-    the topic and the queue), every later one takes the lane; both answer and store as the Python path alone."""
+async def test_a_new_topics_sends_take_the_lane_from_the_first(tmp_path: Path, v1: bool) -> None:
+    """A topic auto-created by its first send (TBW102): the lane asks the Python processor once (it creates the
+    topic) and stores that send and every later one itself, each queue's first too (its consume queue created
+    as the store's dispatch creates one); both answer and store as the Python path alone."""
+    warm = send(100, "LaneA", 0, {"UNIQ_KEY": "W"}, b"w")  # an empty store's first send creates its first segment
     frames = [send(i, "FreshTopic", i % 4, {"TAGS": "t"} if i % 2 else {"UNIQ_KEY": f"N{i:031d}"}, b"n" * i, v1=v1)
               for i in range(1, 41)]  # fmt: skip
     (a, ca, ta), (b, cb, tb) = [await start_broker(tmp_path / name, lane) for name, lane in (("a", True), ("b", False))]
     try:
+        for conn in (ca, cb):
+            conn.data_received(warm)
         feed(ca, frames, 1)
         feed(cb, frames, 1)
         await all_answered(ta, tb)
         assert answers(ta) == answers(tb) and {c.code for c in ta.frames} == {0}
         assert records(a) == records(b) and queues(a) == queues(b)
-        assert a.send_lane is not None and a.send_lane.handled == 36
-        assert a.send_lane.fallbacks["new_topic"] == 1 and a.send_lane.fallbacks["queue_not_ready"] == 3
+        assert a.meta.topics.get("FreshTopic") == b.meta.topics.get("FreshTopic") is not None
+        assert a.send_lane is not None and a.send_lane.handled == 40
+        assert a.send_lane.fallbacks["new_topic"] == 0 and a.send_lane.fallbacks["queue_not_ready"] == 0
     finally:
         await a.shutdown()
         await b.shutdown()
 
 
-async def test_delay_level_sends_take_the_lane_after_their_levels_first(tmp_path: Path) -> None:
+async def test_delay_level_sends_take_the_lane(tmp_path: Path) -> None:
     """Delayed sends are stored in SCHEDULE_TOPIC_XXXX (queue level - 1, REAL_TOPIC / REAL_QID, DELAY clamped,
-    delivery time as tags) by the lane exactly as by the Python path; each level's first send goes through Python
-    (it creates the level's queue), odd DELAY values always do."""
+    delivery time as tags) by the lane exactly as by the Python path, each level's first send too (the level's
+    consume queue created as the store's dispatch creates one); odd DELAY values go through Python."""
     delays = ["1", "3", "007", "99", "0", "x", " 2", "3", "1", "18", "4", "3", "1", "2", "00"]
     frames = [send(i, "LaneA" if i % 3 else "LaneB", i % 4,
                    {"DELAY": delays[i % len(delays)], **({"UNIQ_KEY": f"D{i:031d}"} if i % 2 else {}),
@@ -70,10 +76,10 @@ async def test_delay_level_sends_take_the_lane_after_their_levels_first(tmp_path
         assert records(a) == records(b) and queues(a) == queues(b)
         delayed = [r for r in records(a) if r[0] == "SCHEDULE_TOPIC_XXXX"]
         assert {r[1] for r in delayed} == {0, 1, 2, 3, 6, 17} and {r[11]["DELAY"] for r in delayed} >= {"7", "18"}
-        levels = {r[1] for r in delayed}
-        # LaneB only ever gets delayed sends: it enters the lane with its first one
-        assert a.send_lane is not None and a.send_lane.handled >= len(delayed) - len(levels) - 2
-        assert a.send_lane.fallbacks["delay"] >= 8  # the odd values (x, " 2") and the first of each level
+        odd = sum(1 for i in range(1, 121) if delays[i % len(delays)] in ("x", " 2"))
+        assert a.send_lane is not None and a.send_lane.fallbacks["delay"] == odd
+        # all but the odd ones and the first plain send (into the empty store: it creates the first segment)
+        assert a.send_lane.handled == len(plain) + len(frames) - odd - 1
     finally:
         await a.shutdown()
         await b.shutdown()
@@ -146,10 +152,12 @@ def with_sys_flag(frame: bytes, sys_flag: int) -> bytes:
     return encode(dataclasses.replace(cmd, ext={**cmd.ext, key: str(sys_flag)}))
 
 
-async def test_transactional_half_messages_take_the_lane_after_the_first(tmp_path: Path) -> None:
+@pytest.mark.parametrize("half_topic", ["present", "deleted"])
+async def test_transactional_half_messages_take_the_lane(tmp_path: Path, half_topic: str) -> None:
     """Prepared sends (sysFlag 4 with TRAN_MSG=true) are stored as half messages (RMQ_SYS_TRANS_HALF_TOPIC queue
     0, REAL_TOPIC / REAL_QID, no transaction bits, no delay) by the lane exactly as by the Python path; other
-    transaction flags, or a prepared flag without TRAN_MSG, stay in Python."""
+    transaction flags, or a prepared flag without TRAN_MSG, stay in Python. When the half topic was deleted, the
+    first half message goes through Python (it creates the topic again), the next ones take the lane."""
     rnd = random.Random(31)
     frames = [send(i, "LaneA", q, {"UNIQ_KEY": f"P{i}"}, b"p") for i, q in enumerate(range(4), start=1000)]
     for i in range(1, 151):
@@ -163,12 +171,16 @@ async def test_transactional_half_messages_take_the_lane_after_the_first(tmp_pat
         frames.append(with_sys_flag(send(i, rnd.choice(("LaneA", "LaneB")), rnd.randrange(4), props, b"h" * i,
                                          v1=i % 4 == 0), flag))  # fmt: skip
     (a, ca, ta), (b, cb, tb) = [await start_broker(tmp_path / name, lane) for name, lane in (("a", True), ("b", False))]
+    if half_topic == "deleted":
+        for x in (a, b):
+            x.meta.topics.delete("RMQ_SYS_TRANS_HALF_TOPIC")
     try:
         feed(ca, frames, 1)
         feed(cb, frames, 2)
         await all_answered(ta, tb)
         assert answers(ta) == answers(tb)
         assert records(a) == records(b) and queues(a) == queues(b)
+        assert a.meta.topics.get("RMQ_SYS_TRANS_HALF_TOPIC") == b.meta.topics.get("RMQ_SYS_TRANS_HALF_TOPIC")
         half = [r for r in records(a) if r[0] == "RMQ_SYS_TRANS_HALF_TOPIC"]
         assert len(half) > 100 and {r[1] for r in half} == {0} and all(r[5] & 0xC == 0 for r in half)
         for key in ("hk10", "hk35"):
@@ -176,8 +188,38 @@ async def test_transactional_half_messages_take_the_lane_after_the_first(tmp_pat
                              x.store.query_message("RMQ_SYS_TRANS_HALF_TOPIC", key, 8, 0, 2**62).buffers)
                       for x in (a, b))  # fmt: skip
             assert qa == qb and len(qa) == 1
-        assert a.send_lane is not None and a.send_lane.handled >= len(half) - 4
+        # every half message (but the first when the half topic was deleted); the first plain send creates the
+        # empty store's first segment
+        assert a.send_lane is not None and a.send_lane.handled == 3 + len(half) - (half_topic == "deleted")
         assert a.send_lane.fallbacks["transaction"] >= 10
+    finally:
+        await a.shutdown()
+        await b.shutdown()
+
+
+async def test_compressed_bodies_take_the_lane_stored_as_sent(tmp_path: Path) -> None:
+    """Bodies the client compressed (sysFlag bit 0x1, as the Java client sends bodies over 4 KiB; with a 5.x
+    client's compression type bits too) are stored as sent, flag and bytes, never decompressed: by the lane exactly
+    as by the Python path."""
+    rnd = random.Random(37)
+    words = [bytes(rnd.choice(b"abcdefghij") for _ in range(rnd.randint(2, 9))) for _ in range(300)]
+    frames, sent = [], {}
+    for i in range(1, 121):
+        body = zlib.compress(b" ".join(rnd.choice(words) for _ in range(rnd.randint(800, 4000))))
+        flag = rnd.choice([0x1, 0x1, 0x1 | 0x300, 0x1 | 0x2])  # compressed; + ZLIB type bits; + multi tags
+        topic = rnd.choice(TOPICS[:2])
+        sent[f"Z{i:031d}"] = (flag, body)
+        frames.append(with_sys_flag(send(i, topic, i % 4, {"UNIQ_KEY": f"Z{i:031d}", "TAGS": "z"}, body,
+                                         v1=i % 3 == 0), flag))  # fmt: skip
+    (a, ca, ta), (b, cb, tb) = [await start_broker(tmp_path / name, lane) for name, lane in (("a", True), ("b", False))]
+    try:
+        feed(ca, frames, 1)
+        feed(cb, frames, 2)
+        await all_answered(ta, tb)
+        assert answers(ta) == answers(tb) and {c.code for c in ta.frames} == {0}
+        assert records(a) == records(b) and queues(a) == queues(b)
+        assert {r[11]["UNIQ_KEY"]: (r[5], r[10]) for r in records(a)} == sent
+        assert a.send_lane is not None and a.send_lane.handled == len(frames) - 1  # the first creates the segment
     finally:
         await a.shutdown()
         await b.shutdown()
