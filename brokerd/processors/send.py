@@ -14,6 +14,7 @@ from brokerd.metadata.names import RETRY_GROUP_TOPIC_PREFIX, RMQ_SYS_SCHEDULE_TO
 from brokerd.metadata.topic import PERM_WRITE, TopicConfig, validate_topic
 from brokerd.native import native
 from brokerd.processors.admission import SendAdmission
+from brokerd.processors.flow_control import FlowControl
 from brokerd.processors.put_codes import PUT_STATUS_CODES, STORED_CODES
 from brokerd.processors.send_lane import SendLane
 from brokerd.processors.transaction import is_half_request, to_half
@@ -97,7 +98,8 @@ class SendProcessor:
         self._valid_topics: set[str] = set()
         self._tag_codes: dict[str, int] = {}
         self.admission = SendAdmission(lambda: broker.cfg, self._flushed)  # overload shedding, shared with the lane
-        self.lane = (SendLane(broker, NOT_ALLOWED_SEND_TOPICS, self.admission, self.lane_decision)
+        self.flow = FlowControl(self.admission)  # refused connections are not read for a while
+        self.lane = (SendLane(broker, NOT_ALLOWED_SEND_TOPICS, self.admission, self.flow, self.lane_decision)
                      if native is not None else None)
 
     def _flushed(self) -> int | None:
@@ -120,8 +122,9 @@ class SendProcessor:
 
     def process(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | object:
         busy = self.admission.refusal(time.monotonic())
-        if busy is not None:  # overload: answered at once, not stored
+        if busy is not None:  # overload: answered at once, not stored; the connection is not read for a while
             self.admission.refuse(busy)
+            self.flow.hold(conn)
             return cmd.response(ResponseCode.SYSTEM_BUSY, busy)
         try:
             h = parse_send_header(cmd)
@@ -316,6 +319,7 @@ class SendProcessor:
 
         def done(status: PutStatus) -> None:
             self.admission.answered(waiting)
+            self.flow.poke()
             if not out.done():
                 res.status = status
                 out.set_result(self._answer(cmd, res, queue_id, uniq))

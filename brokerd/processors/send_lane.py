@@ -55,6 +55,7 @@ from brokerd.metadata.names import (
 from brokerd.metadata.topic import PERM_WRITE, TopicConfig
 from brokerd.native import native
 from brokerd.processors.admission import SendAdmission
+from brokerd.processors.flow_control import FlowControl
 from brokerd.processors.put_codes import PUT_STATUS_CODES, STORED_CODES
 from brokerd.remoting.codec import FrameDecoder
 from brokerd.remoting.codes import ResponseCode
@@ -92,10 +93,11 @@ class SendLane:
     """Callable as a dispatcher lane: (conn, buf, pos, out) -> new pos."""
 
     def __init__(self, broker: BrokerContext, not_allowed: frozenset[str], admission: SendAdmission,
-                 decide: Decision) -> None:  # fmt: skip
+                 flow: FlowControl, decide: Decision) -> None:  # fmt: skip
         self.broker = broker
         self.not_allowed = not_allowed
-        self.admission = admission  # overload shedding: while it refuses, the lane declines and Python answers
+        self.admission = admission  # overload shedding: while it refuses, the lane refuses in C
+        self.flow = flow  # a connection whose sends were refused is not read for a while
         self.decide = decide  # the Python processor's decision for a topic the C lane meets first (_resolve)
         self._lane: Any = None
         self._gen = -1
@@ -366,6 +368,7 @@ class SendLane:
         self._why = None
         if lane.refused:
             self.admission.refuse(busy, lane.refused)
+            self.flow.hold(conn)
         return pos
 
     def _answer_when_acked(self, conn: Connection, answers: list[bytes | memoryview], end: int,
@@ -377,6 +380,7 @@ class SendLane:
 
         def done(status: PutStatus) -> None:
             self.admission.answered(waiting)
+            self.flow.poke()
             conn.inflight.discard(pending)
             pending.set_result(None)
             self._write_answers(conn, answers, status)

@@ -102,6 +102,7 @@ class Connection(asyncio.Protocol):
         # what a client offers stays in its socket, not in this process
         self._read_backpressure = read_backpressure
         self._drain_waiters: list[asyncio.Future[None]] = []
+        self._read_held = False  # flow control (``hold_reading``): not read until ``release_reading``
 
     # -- asyncio.Protocol ---------------------------------------------------------------------------------
 
@@ -253,14 +254,31 @@ class Connection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self._paused = False
-        if self._read_backpressure and self.transport is not None and not self.transport.is_closing():
-            self.transport.resume_reading()
+        if self._read_backpressure and not self._read_held:
+            self._resume_reading()
         waiters, self._drain_waiters = self._drain_waiters, []
         for w in waiters:
             if not w.done():
                 w.set_result(None)
 
+    def _resume_reading(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
+
     # -- API ---------------------------------------------------------------------------------------------
+
+    def hold_reading(self) -> None:
+        """Flow control: stop reading requests until ``release_reading`` (what the peer sends meanwhile waits in
+        its socket)."""
+        if not self._read_held and self.transport is not None and not self.transport.is_closing():
+            self._read_held = True
+            self.transport.pause_reading()
+
+    def release_reading(self) -> None:
+        if self._read_held:
+            self._read_held = False
+            if not (self._paused and self._read_backpressure):
+                self._resume_reading()
 
     def add_close_callback(self, cb: Callable[[Connection], None]) -> None:
         self._on_close.append(cb)

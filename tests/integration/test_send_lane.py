@@ -59,6 +59,12 @@ class Transport:
     def is_closing(self) -> bool:
         return False
 
+    def pause_reading(self) -> None:  # flow control: the test feeds the connection itself
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
     def writelines(self, data: list[bytes]) -> None:
         self.frames += self._dec.feed(b"".join(bytes(d) for d in data))
 
