@@ -27,6 +27,9 @@ class ScheduleService:
         self.levels = broker.cfg.delay_levels_ms
         self.log = broker.log.bind(component="schedule")
         self._wake = [asyncio.Event() for _ in self.levels]
+        # per level: its task found no message to wait for; else it sleeps until its head message is due, which
+        # a newly parked message never precedes (one delay per level: due times grow with the queue offset)
+        self._idle = [True for _ in self.levels]
         self._tasks: list[asyncio.Task[None]] = []
 
     def apply_delay(self, msg: MessageInner) -> None:
@@ -51,7 +54,9 @@ class ScheduleService:
         msg.tags_code = msg.store_timestamp + self.levels[level - 1]
 
     def on_dispatch(self, topic: str, queue_id: int, queue_offset: int, tags_code: int) -> None:
-        if topic == SCHEDULE_TOPIC and 0 <= queue_id < len(self._wake):
+        """A message parked in a level's queue wakes that level's task only when it waits for none (a busy level
+        is not woken per send)."""
+        if topic == SCHEDULE_TOPIC and 0 <= queue_id < len(self._wake) and self._idle[queue_id]:
             self._wake[queue_id].set()
 
     def start(self) -> None:
@@ -90,6 +95,7 @@ class ScheduleService:
             if not b.is_master():
                 return 1.0
             off = max(b.meta.delay_offsets.get(level), b.store.min_offset_in_queue(SCHEDULE_TOPIC, qid))
+            self._idle[qid] = True  # a message parked from here on wakes the task
             r = b.store.get_message(SCHEDULE_TOPIC, qid, off, 32)
             if r.status != GetMessageStatus.FOUND:
                 if r.status in (GetMessageStatus.OFFSET_TOO_SMALL, GetMessageStatus.OFFSET_OVERFLOW_BADLY):
@@ -101,11 +107,13 @@ class ScheduleService:
                 due = ext.store_timestamp + delay
                 wait_ms = due - now_ms()
                 if wait_ms > 0:
+                    self._idle[qid] = False  # it sleeps until this one is due
                     return wait_ms / 1000.0
                 if not await self._redeliver(ext):
                     return 1.0
                 off = ext.queue_offset + 1
                 b.meta.delay_offsets.update(level, off)
+            await asyncio.sleep(0)  # a put may not yield: let sends and reads in between batches of due messages
 
     async def _redeliver(self, ext: m.MessageExt) -> bool:
         props = dict(ext.properties)

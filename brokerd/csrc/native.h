@@ -41,7 +41,17 @@ typedef struct {
     int ext_kind;  /* V_MISSING, V_NULL or 1 = object */
     int n_ext;
     Ext ext[MAX_EXT];
+    signed char letter[26];  /* the last ext field named by one lowercase letter (SEND_MESSAGE_V2's a..m), or -1 */
 } Hdr;
+
+/* Fill h->letter from h->ext (after a parse): find_ext answers one-letter keys without a scan. */
+static inline void index_letters(Hdr *h) {
+    memset(h->letter, -1, sizeof h->letter);
+    for (int i = 0; i < h->n_ext; i++) {
+        const Ext *e = &h->ext[i];
+        if (e->k.n == 1 && !e->k.esc && e->k.p[0] >= 'a' && e->k.p[0] <= 'z') h->letter[e->k.p[0] - 'a'] = (signed char)i;
+    }
+}
 
 typedef struct { const char *p, *end; } Cur;
 

@@ -4,6 +4,10 @@
 #include <time.h>
 
 const Ext *find_ext(const Hdr *h, const char *key, Py_ssize_t klen) {
+    if (klen == 1 && key[0] >= 'a' && key[0] <= 'z') {
+        int i = h->letter[key[0] - 'a'];
+        return i < 0 ? NULL : &h->ext[i];
+    }
     for (int i = h->n_ext - 1; i >= 0; i--) {  /* the last occurrence wins, as in a dict */
         const Ext *e = &h->ext[i];
         if (!e->k.esc && e->k.n == klen && memcmp(e->k.p, key, klen) == 0) return e;
@@ -157,5 +161,6 @@ int parse_binary_header(const char *p, Py_ssize_t n, Hdr *h) {
         }
         pos += vlen;
     }
+    index_letters(h);
     return 0;
 }

@@ -115,6 +115,24 @@ def test_escapes_surrogate_pairs_and_bad_utf8() -> None:
             python_decode(frame_of(bad))
 
 
+def test_every_special_byte_at_every_position_of_a_string_decodes_like_python() -> None:
+    """Strings are scanned 8 bytes at a time: a quote, backslash escape, control byte or non-ASCII character at
+    any position around those 8-byte steps is found (decoded or refused exactly as the Python codec)."""
+    for n in range(0, 26):
+        for at in range(n + 1):
+            for special in (b'\\"', b"\\\\", b"\\u0001", b"\x01", b"\x7f", "\u00e9".encode(), b"\xff", b'"'):
+                value = b"a" * at + special + b"b" * (n - at)
+                h = b'{"code":1,"remark":"' + value + b'","extFields":{"k":"' + value + b'"}}'
+                raw = frame_of(h)
+                got = native_decode(raw)
+                try:
+                    want = python_decode(raw)
+                except FrameError:
+                    assert got is None, h
+                    continue
+                assert got == want, h  # every string the Python codec accepts here, the C one decodes too
+
+
 def test_frames_longer_than_the_limit_are_left_to_python() -> None:
     raw = frame_of(b'{"code":1}', b"x" * 100)
     assert native is not None
