@@ -2,10 +2,11 @@
 
   .venv/bin/python scripts/bench/send_path_cpu.py [--brokers 1,16] [--messages 20000] [--dir PATH]
   .venv/bin/python scripts/bench/send_path_cpu.py --callgrind [--brokers 1,16]
+  .venv/bin/python scripts/bench/send_path_cpu.py --shapes [--callgrind]   every send shape, one broker
 
 Each broker is a real ``brokerd.broker.Broker`` (32 MiB commit-log segments, small index) started in this
-process; its requests are fed through a ``Connection`` with a fake transport: pre-encoded SEND_MESSAGE_V2
-frames (1 KiB bodies, TAGS/WAIT/UNIQ_KEY properties like ``loadgen.py``), 32 per ``data_received`` call,
+process; its requests are fed through a ``Connection`` with a fake transport: pre-encoded frames of a send shape
+(``shapes.py``; json_uniq by default: SEND_MESSAGE_V2, 1 KiB bodies, TAGS/WAIT/UNIQ_KEY), 32 per ``data_received`` call,
 round-robin over the brokers. No sockets, so no kernel network time: what is measured is the loop thread's
 work from frame bytes to response bytes (decode, send processing, store append, dispatch, response encode).
 
@@ -35,19 +36,26 @@ import tempfile
 import time
 from typing import Any
 
-import orjson
 import structlog
 import uvloop
 
-from brokerd.broker import Broker
-from brokerd.broker_config import BrokerConfig
-from brokerd.metadata.topic import TopicConfig
-from brokerd.remoting.client import RemotingClient
-from brokerd.remoting.connection import Connection
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)  # before scripts/bench (it has a controller.py)
+
+from brokerd.broker import Broker  # noqa: E402
+from brokerd.broker_config import BrokerConfig  # noqa: E402
+from brokerd.metadata.topic import TopicConfig  # noqa: E402
+from brokerd.remoting.client import RemotingClient  # noqa: E402
+from brokerd.remoting.connection import Connection  # noqa: E402
+from scripts.bench import shapes  # noqa: E402
 
 TOPIC = "BenchTopic"
 QUEUES = 8
 BURST = 32
+
+
+def topic_of(shape: str) -> str:
+    return "%RETRY%bench_cg" if shape == "retry_topic" else TOPIC
 
 
 class FakeTransport:
@@ -75,17 +83,7 @@ class FakeTransport:
         pass
 
 
-def frame(opaque: int, body: bytes, uniq_prefix: str) -> bytes:
-    ext = {"a": "bench_pg", "b": TOPIC, "c": "TBW102", "d": str(QUEUES), "e": str(opaque % QUEUES), "f": "0",
-           "g": str(int(time.time() * 1000)), "h": "0",
-           "i": f"TAGS\x01bench\x02WAIT\x01true\x02UNIQ_KEY\x01{uniq_prefix}{opaque:08X}\x02", "j": "0",
-           "k": "false", "m": "false"}  # fmt: skip
-    header = orjson.dumps({"code": 310, "extFields": ext, "flag": 0, "language": "JAVA", "opaque": opaque,
-                           "serializeTypeCurrentRPC": "JSON", "version": 479})  # fmt: skip
-    return (4 + len(header) + len(body)).to_bytes(4, "big") + len(header).to_bytes(4, "big") + header + body
-
-
-async def run(n_brokers: int, per_broker: int, root: str) -> dict[str, Any]:
+async def run(n_brokers: int, per_broker: int, root: str, shape: str = "json_uniq") -> dict[str, Any]:
     brokers: list[Broker] = []
     conns: list[tuple[Connection, FakeTransport]] = []
     for i in range(n_brokers):
@@ -94,18 +92,17 @@ async def run(n_brokers: int, per_broker: int, root: str) -> dict[str, Any]:
                            max_hash_slot_num=50_000, max_index_num=200_000)  # fmt: skip
         b = Broker(cfg, RemotingClient(), namesrv_addrs=[])
         await b.start()
-        b.meta.topics.update(TopicConfig(TOPIC, QUEUES, QUEUES))
+        b.meta.topics.update(TopicConfig(topic_of(shape), QUEUES, QUEUES))
         conn = Connection(b.dispatcher)
         tr = FakeTransport()
         conn.connection_made(tr)  # type: ignore[arg-type]
         brokers.append(b)
         conns.append((conn, tr))
     await asyncio.sleep(0.2)  # sleep-ok: let topic registration / start-up tasks settle before measuring
-    body = os.urandom(1024)
-    uniq = f"7F000001{os.getpid() & 0xFFFF:04X}{int(time.time()) & 0xFFFFFFFF:08X}"
-    bursts_per_broker = per_broker // BURST
-    blobs = [[b"".join(frame(k * BURST + j + 1, body, uniq) for j in range(BURST)) for k in range(bursts_per_broker)]
-             for _ in range(n_brokers)]  # fmt: skip
+    build, per_frame, _ = shapes.builder(shape, topic_of(shape), QUEUES, 1024)
+    bursts_per_broker = max(1, per_broker // (BURST * per_frame))
+    blobs = [[b"".join(build(n, n, f"{n:012X}", os.urandom(8)) for n in range(k * BURST + 1, (k + 1) * BURST + 1))
+              for k in range(bursts_per_broker)] for _ in range(n_brokers)]  # fmt: skip
     gc.collect()
     gc.freeze()
     burst_cpu: list[float] = []
@@ -118,16 +115,17 @@ async def run(n_brokers: int, per_broker: int, root: str) -> dict[str, Any]:
             await asyncio.sleep(0)  # sleep-ok: one loop iteration between reads, as with a real socket
     wall = time.perf_counter() - t_wall
     thread_cpu, proc_cpu = time.thread_time() - t_thread, time.process_time() - t_proc
-    total = n_brokers * bursts_per_broker * BURST
+    total = n_brokers * bursts_per_broker * BURST * per_frame
     answered = sum(tr.writes for _, tr in conns)
     stored = sum(b.stats.msgs_in for b in brokers)
     for b in brokers:
         await b.shutdown()
     gc.unfreeze()
     half = burst_cpu[len(burst_cpu) // 2:]
-    return {"brokers": n_brokers, "messages": total, "stored": stored, "response_writes": answered,
+    lanes = [b.send_lane.handled for b in brokers if b.send_lane is not None]
+    return {"brokers": n_brokers, "shape": shape, "messages": total, "lane_share": round(sum(lanes) / total, 3), "stored": stored, "response_writes": answered,
             "loop_cpu_us_per_msg": round(thread_cpu / total * 1e6, 2),
-            "steady_loop_cpu_us_per_msg": round(sum(half) / (len(half) * BURST) * 1e6, 2),
+            "steady_loop_cpu_us_per_msg": round(sum(half) / (len(half) * BURST * per_frame) * 1e6, 2),
             "process_cpu_us_per_msg": round(proc_cpu / total * 1e6, 2),
             "cold_bursts_over_3ms": sum(1 for c in burst_cpu if c > 3e-3),
             "max_burst_cpu_ms": round(max(burst_cpu) * 1e3, 2),
@@ -146,12 +144,13 @@ def _loop_thread_instructions(out_prefix: str) -> int:
     return int(m.group(1))
 
 
-def callgrind(brokers: int, per_broker: int, workdir: str) -> dict[str, Any]:
+def callgrind(brokers: int, per_broker: int, workdir: str, shape: str = "json_uniq") -> dict[str, Any]:
     counts = []
     for n in (per_broker, 2 * per_broker):
         prefix = os.path.join(workdir, f"cg-{brokers}-{n}")
         cmd = ["valgrind", "--tool=callgrind", "--separate-threads=yes", f"--callgrind-out-file={prefix}.%p",
-               sys.executable, __file__, "--brokers", str(brokers), "--messages", str(n), "--dir", workdir]
+               sys.executable, __file__, "--brokers", str(brokers), "--messages", str(n), "--dir", workdir,
+               "--shape", shape]  # fmt: skip
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         counts.append(_loop_thread_instructions(prefix))
     total_new = brokers * (per_broker // BURST) * BURST
@@ -167,17 +166,22 @@ def main() -> None:
     ap.add_argument("--total", type=int, default=32_000, help="total messages when --messages is not given")
     ap.add_argument("--callgrind", action="store_true")
     ap.add_argument("--dir", default=None)
+    ap.add_argument("--shape", default="json_uniq", help="the send shape (scripts/bench/shapes.py)")
+    ap.add_argument("--shapes", action="store_true", help="every send shape in turn, one broker each")
     args = ap.parse_args()
     structlog.configure(logger_factory=structlog.PrintLoggerFactory(open(os.devnull, "w")))
     out: dict[str, Any] = {"cpus": os.cpu_count(), "load_average_1m": round(os.getloadavg()[0], 2)}
-    for nb in (int(x) for x in args.brokers.split(",")):
+    runs = ([(1, sh) for sh in (*shapes.SHAPES, *shapes.capture_shapes())] if args.shapes
+            else [(int(x), args.shape) for x in args.brokers.split(",")])  # fmt: skip
+    for nb, shape in runs:
         per = args.messages or max(BURST, args.total // nb)
         root = tempfile.mkdtemp(prefix="send-cpu-", dir=args.dir)
+        key = shape if args.shapes else f"brokers_{nb}"
         try:
             if args.callgrind:
-                out[f"brokers_{nb}"] = callgrind(nb, min(per, 4096 if nb == 1 else 512), root)
+                out[key] = callgrind(nb, min(per, 4096 if nb == 1 else 512), root, shape)
             else:
-                out[f"brokers_{nb}"] = uvloop.run(run(nb, per, root))
+                out[key] = uvloop.run(run(nb, per, root, shape))
         finally:
             shutil.rmtree(root, ignore_errors=True)
     print(json.dumps(out, indent=2))

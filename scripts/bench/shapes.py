@@ -12,9 +12,11 @@ length never changes.
 Shapes: json_uniq (SEND_MESSAGE_V2 as the Java client sends it: JSON header, TAGS, WAIT, UNIQ_KEY),
 json_no_uniq (as ali-ons sends: no UNIQ_KEY, the broker assigns one), send_message_10 (SEND_MESSAGE with long
 field names, as the C++ 1.x core sends), binary (ROCKETMQ binary header), batch16 (SEND_BATCH_MESSAGE of 16
-messages), delay_level (DELAY=2), transaction_half (a prepared send), retry_topic (to %RETRY%<group> with
-RETRY_TOPIC, reconsumeTimes 1 and a delay level, as a consumer's fallback send-back), tagged (the consume
-benchmark's messages: TAGS TagA / TagB alternating per queue, property a = 0..9), and capture:<client>: the
+messages), delay_level (DELAY=18: 2 h, so that a benchmark measures the sends, not the delivery of earlier
+ones when they fall due), transaction_half (a prepared send), retry_topic (to %RETRY%<group> with RETRY_TOPIC,
+reconsumeTimes 1 and a delay level, 18 too, as a consumer's fallback send-back), tagged (the consume
+benchmark's messages: TAGS TagA / TagB alternating per queue, property a = 0..9), delay_due (DELAY=1: delivered
+after 1 s), and capture:<client>: the
 first send frame each real client sent (tests/testdata/client_first_frames.json, the capture of
 /work/shared/docs/client-captures.txt) with the bench topic, queue, body and UNIQ_KEY, the header otherwise as
 captured (field order, JSON types, binary when captured binary).
@@ -135,11 +137,13 @@ def builder(shape: str, topic: str, queues: int, body_size: int, binary: bool = 
     if shape == "send_message_10":
         return single(f"TAGS\x01bench\x02WAIT\x01true\x02{uniq}", 10)
     if shape == "delay_level":
-        return single(f"TAGS\x01bench\x02DELAY\x012\x02{uniq}")
+        return single(f"TAGS\x01bench\x02DELAY\x0118\x02{uniq}")
     if shape == "transaction_half":  # a prepared send: stored as a half message (nothing commits it here)
         return single(f"TAGS\x01bench\x02TRAN_MSG\x01true\x02PGROUP\x01bench_pg\x02{uniq}", f="4")
     if shape == "retry_topic":  # the topic is %RETRY%<group>: a consumer's send-back by a plain send
-        return single(f"TAGS\x01bench\x02RETRY_TOPIC\x01BenchTopic\x02DELAY\x013\x02{uniq}", j="1")
+        return single(f"TAGS\x01bench\x02RETRY_TOPIC\x01BenchTopic\x02DELAY\x0118\x02{uniq}", j="1")
+    if shape == "delay_due":  # delay level 1 (1 s): the delivery benchmark's messages
+        return single(f"TAGS\x01bench\x02DELAY\x011\x02{uniq}")
     if shape == "tagged":
         return single(f"TAGS\x01#\x02a\x01$\x02WAIT\x01true\x02{uniq}")
     if shape == "batch16":
