@@ -146,12 +146,13 @@ class StoreServices:
         self._kick()
         await fut
 
-    def _kick(self) -> None:
-        """Start a flush of everything appended so far, unless one is in flight (its completion kicks again)."""
+    def _kick(self, durable: int = 0) -> None:
+        """Start a flush of everything appended so far, unless one is in flight (its completion kicks again);
+        ``durable``: the log is known durable up to there (a flush just completed, not yet reported)."""
         if self._flushing:
             return
         store = self._store
-        target, flushed = store.max_phy_offset, store.flushed_offset
+        target, flushed = store.max_phy_offset, max(store.flushed_offset, durable)
         round_, self._next_round = self._next_round, []
         if target <= flushed or self.syncer is None:
             _resolve(round_)
@@ -173,14 +174,15 @@ class StoreServices:
         store = self._store
         if err:
             store.io_failed("flush_commit_log", OSError(err, f"sync failed: {os.strerror(err)}"))
-        else:
-            job.synced()
-            self.flush_count += 1
-            store.on_flushed(target, gen)
-            self._release(store.flushed_offset)
+            _resolve(round_)
+            return
+        job.synced()
+        self.flush_count += 1
+        if self._next_round or (self._waiters and self._waiters[-1][0] > target):
+            self._kick(target)  # group commit: what arrived meanwhile goes in the next flush, before the answers
+        store.on_flushed(target, gen)
+        self._release(store.flushed_offset)
         _resolve(round_)
-        if self.syncer is not None and (self._next_round or (not err and self._waiters)):
-            self._kick()  # group commit: what arrived meanwhile goes in the next flush, at once
 
     def _release(self, flushed: int) -> None:
         waiters = self._waiters
