@@ -245,8 +245,7 @@ static char *put_utf8(char *o, unsigned cp) {
 }
 
 Py_ssize_t unescape(const Str *s, char *out) {
-    if (!s->esc) {
-        if (!utf8_valid((const unsigned char *)s->p, s->n)) return -1;
+    if (!s->esc) {  /* the header's bytes were checked (UTF-8) by the parse that made s */
         memcpy(out, s->p, s->n);
         return s->n;
     }
@@ -257,7 +256,6 @@ Py_ssize_t unescape(const Str *s, char *out) {
         const char *bs = memchr(p, '\\', (size_t)(end - p));
         if (bs == NULL) { p = end; break; }
         p = bs;
-        if (!utf8_valid((const unsigned char *)run, p - run)) return -1;
         memcpy(o, run, p - run); o += p - run;
         if (p + 1 >= end) return -1;
         char e = p[1];
@@ -289,7 +287,6 @@ Py_ssize_t unescape(const Str *s, char *out) {
         }
         run = p;
     }
-    if (!utf8_valid((const unsigned char *)run, end - run)) return -1;
     memcpy(o, run, end - run); o += end - run;
     return o - out;
 }

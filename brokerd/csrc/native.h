@@ -60,7 +60,8 @@ typedef struct { const char *p, *end; } Cur;
 int parse_header(const char *p, Py_ssize_t n, Hdr *h);
 /* An integer JSON number at c->p (no fraction/exponent, at most 18 digits). 0 ok, 1 unsupported. */
 int parse_int(Cur *c, long long *out);
-/* Unescape a JSON string into out (capacity >= s->n) as UTF-8; its length, -1 when invalid/unsupported. */
+/* Unescape a JSON string into out (capacity >= s->n) as UTF-8; its length, -1 when an escape is invalid. s must
+ * come from parse_header or parse_binary_header, which checked its bytes are UTF-8. */
 Py_ssize_t unescape(const Str *s, char *out);
 int utf8_valid(const unsigned char *s, Py_ssize_t n);
 

@@ -19,6 +19,7 @@ import json
 import os
 import pathlib
 import platform
+import random
 import shutil
 import statistics
 import subprocess
@@ -147,20 +148,24 @@ class ShapeRuns:
 def shapes_run(args: argparse.Namespace, tmp: pathlib.Path, flush: str) -> dict[str, dict[str, object]]:
     """Every send shape from the compiled generator (closed loop, 8 connections x 128 in flight), in ``--rounds``
     rounds, each on a new broker (its store removed afterwards: the machine's page cache and memory stay as
-    they were), every shape in turn with the previous one's data written back (``os.sync``) first. Per shape:
+    they were), every shape in turn (in a new order each round, ``--seed``) with the previous one's data written
+    back (``os.sync``) first. Per shape:
     its median msg/s and its median share of the round's best single-message shape (this machine's speed drifts
     between rounds; a share compares shapes measured a few seconds apart), and how many of its messages the C
     lane stored (the rest: the reasons Python took them)."""
     from scripts.bench.shapes import SHAPES, capture_shapes
 
     runs: dict[str, ShapeRuns] = {}
+    order = [*SHAPES, *capture_shapes()]
+    rnd_gen = random.Random(args.seed)
     for rnd in range(args.rounds):
         root = tmp / flush / f"round{rnd}"
         root.mkdir(parents=True)
         c = Cluster(root, brokers=1, flushDiskType=flush).start()
         this: dict[str, float] = {}
+        rnd_gen.shuffle(order)  # a slow stretch of the machine does not always land on the same shapes
         try:
-            for shape in (*SHAPES, *capture_shapes()):
+            for shape in order:
                 name = "".join(ch for ch in shape if ch.isalnum())[:40]
                 topic = f"%RETRY%{name}" if shape == "retry_topic" else "Shape" + name
                 assert rpc(c.broker_addr(), 17, {"topic": topic, "readQueueNums": "8", "writeQueueNums": "8"}).code == 0
@@ -279,7 +284,8 @@ def main() -> int:
                     help="conns x in-flight settings for the compiled generator's saturation search ('' skips it)")
     ap.add_argument("--shapes", action="store_true",
                     help="every send shape side by side (ASYNC and SYNC), then consume as real clients do")
-    ap.add_argument("--rounds", type=int, default=3, help="--shapes: rounds of every shape (medians reported)")
+    ap.add_argument("--rounds", type=int, default=5, help="--shapes: rounds of every shape (medians reported)")
+    ap.add_argument("--seed", type=int, default=15, help="--shapes: the seed of each round's shape order")
     args = ap.parse_args()
     if args.shapes:
         with tempfile.TemporaryDirectory(prefix="bench-") as d:
@@ -287,6 +293,7 @@ def main() -> int:
             res: dict[str, object] = {"bench": "produce_consume --shapes", "date": time.strftime("%Y-%m-%d %H:%M:%S"),
                                       "load_before": os.getloadavg()[0],
                                       "params": {"total_msgs_per_shape": args.total, "rounds": args.rounds,
+                                                 "seed": args.seed,
                                                  "conns": SATURATING[0],
                                                  "inflight_per_conn": SATURATING[1], "body": args.body}}  # fmt: skip
             for flush in ("ASYNC_FLUSH", "SYNC_FLUSH"):
