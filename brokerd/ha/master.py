@@ -211,6 +211,20 @@ class HAMaster:
         self.log.append_raw(self.log.max_phy_offset, data)
         return self.on_local_append(now_ms)
 
+    def confirm_alone(self) -> bool:
+        """The store appended while no slave is connected: the confirm offset follows it (the log end, or stays
+        while members of the sync state set are away) and that is all (no data to push, and no put waits on a
+        progress: with nobody connected a put answers at once or waits for a set change or a connection, each of
+        which recomputes). False when a slave is connected: ``on_local_append`` does the work."""
+        if self.conns:
+            return False
+        if not self.fenced:
+            confirm = self._compute_confirm()
+            if confirm != self.confirm or self.log.confirm_offset != confirm:
+                self.confirm = confirm
+                self.log.set_confirm_offset(confirm)
+        return True
+
     def on_local_append(self, now_ms: int) -> list[Action]:
         """The store appended (the put path checked ``writable`` first): push data, update confirm."""
         if self.fenced:

@@ -231,7 +231,8 @@ class HAService:
         return _WAIT_STATUS[d.outcome]
 
     def _on_append(self) -> None:
-        if self.master is not None and not self._pump_scheduled:
+        m = self.master
+        if m is not None and not self._pump_scheduled and not m.confirm_alone():  # a slave: push once per loop turn
             self._pump_scheduled = True
             asyncio.get_running_loop().call_soon(self._pump)
 
