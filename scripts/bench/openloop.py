@@ -12,6 +12,7 @@ as JSON, plus one HdrHistogram-style percentile plot (PNG) per flush type.
 The sends come from the compiled generator (scripts/bench/gen.c, one process, --conns connections, the json_uniq
 shape), the end-to-end consumer is the compiled consumer (scripts/bench/consume.c: long polling, one pull in flight
 per queue); both run on the same machine as the broker, and the report says how late the generator itself sent.
+Before each flush type the disk's own fdatasync latency is probed (the floor under the SYNC_FLUSH figures).
 
 Usage: .venv/bin/python scripts/bench/openloop.py [--rates 10000,50000] [--seconds 10] [--conns 8]
        [--flush ASYNC_FLUSH,SYNC_FLUSH] [--plot-dir docs/img] [--no-e2e]
@@ -72,6 +73,25 @@ def c_generator(addr: str, args: argparse.Namespace, rate: int, start_epoch: flo
     rep = {"sent": r["sent"], "codes": {"0": r["acked"], **r["errors"]}, "busy": r["busy"],
            "generator_lag_p99_ms": late["p99_ms"], "generator_lag_max_ms": late["max_ms"]}
     return read_lat(out), rep
+
+
+def disk_probe(directory: pathlib.Path, n: int = 1000, chunk: int = 32 << 10) -> dict[str, float]:
+    """This disk's own fdatasync latency right now (appends of ``chunk`` bytes to a preallocated file, as a
+    group commit of ~30 sends writes): the floor under the SYNC_FLUSH figures of the same run."""
+    path = directory / "disk-probe"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.posix_fallocate(fd, 0, n * chunk)
+        data, lat = b"x" * chunk, array.array("d")
+        for i in range(n):
+            os.pwrite(fd, data, i * chunk)
+            t = time.perf_counter()
+            os.fdatasync(fd)
+            lat.append(time.perf_counter() - t)
+    finally:
+        os.close(fd)
+        path.unlink()
+    return distribution(lat)
 
 
 def one_rate(addr: str, args: argparse.Namespace, rate: int, tmp: pathlib.Path, e2e: bool) -> dict[str, object]:
@@ -143,6 +163,7 @@ def drive(args: argparse.Namespace) -> int:
         for flush in args.flush.split(","):
             (tmp / flush).mkdir()
             os.sync()
+            probe = disk_probe(tmp / flush)
             c = Cluster(tmp / flush, brokers=1, flushDiskType=flush).start()
             try:
                 addr = c.broker_addr()
@@ -157,7 +178,7 @@ def drive(args: argparse.Namespace) -> int:
             plot(flush, results, png)
             for r in results:
                 del r["_curves"]
-            report[flush.lower()] = {"runs": results, "plot": str(png.relative_to(ROOT) if png.is_relative_to(ROOT)
+            report[flush.lower()] = {"disk_fdatasync_32k": probe, "runs": results, "plot": str(png.relative_to(ROOT) if png.is_relative_to(ROOT)
                                                                     else png)}  # fmt: skip
     report["load_after"] = os.getloadavg()[0]
     print(json.dumps(report, indent=1))
