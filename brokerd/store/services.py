@@ -69,6 +69,7 @@ class StoreServices:
         self.syncer: syncer.Syncer | None = None
         self.logics_executor = logics_executor()
         self._flushing = False  # a commit-log flush is in flight
+        self._again = False  # something asked for a flush while one was in flight: another follows it
         self._next_round: list[asyncio.Future[None]] = []  # awaiting a flush that starts after they asked
         self._timeout_s = self._cfg.sync_flush_timeout_ms / 1000
         self.flush_count = 0
@@ -150,7 +151,9 @@ class StoreServices:
         """Start a flush of everything appended so far, unless one is in flight (its completion kicks again);
         ``durable``: the log is known durable up to there (a flush just completed, not yet reported)."""
         if self._flushing:
+            self._again = True
             return
+        self._again = False
         store = self._store
         target, flushed = store.max_phy_offset, max(store.flushed_offset, durable)
         round_, self._next_round = self._next_round, []
@@ -178,7 +181,7 @@ class StoreServices:
             return
         job.synced()
         self.flush_count += 1
-        if self._next_round or (self._waiters and self._waiters[-1][0] > target):
+        if self._again or self._next_round:
             self._kick(target)  # group commit: what arrived meanwhile goes in the next flush, before the answers
         store.on_flushed(target, gen)
         self._release(store.flushed_offset)

@@ -8,12 +8,16 @@ import asyncio
 import errno
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from brokerd.native import native
 from brokerd.store import syncer
 from brokerd.store.mapped_file import MappedFile, sync_all
+from brokerd.store.results import PutStatus
+
+from .conftest import make_msg
 
 
 def test_sync_all_skips_closed_files_and_missing_queue_dirs_but_not_a_missing_log_dir(tmp_path: Path) -> None:
@@ -90,3 +94,17 @@ async def test_syncers_are_shared_per_loop_until_the_last_user_releases(impl: st
         assert d is not a
     finally:
         syncer.release(d)
+
+
+async def test_a_put_that_does_not_wait_is_flushed_even_when_it_came_during_a_flush(make_store: Any) -> None:
+    """SYNC_FLUSH, WAIT=false: answered at once, and made durable by a flush soon after (also when it arrived
+    while the flush before was in progress and nothing else follows it)."""
+    store = await make_store(flush_disk_type="SYNC_FLUSH")
+    first = await store.put_message(make_msg(body=b"a"))  # waits for its flush
+    assert first.status is PutStatus.PUT_OK
+    late = [store.put_message_nowait(make_msg(body=b"b", props={"WAIT": "false"})) for _ in range(3)]
+    end = max(r.wrote_offset + r.wrote_bytes for r in late if r is not None)
+    deadline = asyncio.get_running_loop().time() + 10
+    while store.flushed_offset < end and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.005)  # sleep-ok: polling the flushed offset with a deadline
+    assert store.flushed_offset >= end
