@@ -15,6 +15,7 @@ import orjson
 
 from brokerd.remoting.client import RemotingClient
 from brokerd.remoting.command import request
+from controller.client import ControllerClient
 from tests.integration.controller.cluster import ControllerProcs
 from tests.support import Daemon, broker_port, can_connect, container_cmd, free_port, wait_for
 
@@ -166,6 +167,24 @@ class HACluster:
     def container_of(self, addr: str) -> int:
         port = int(addr.rsplit(":", 1)[1])
         return next(c for (_, c), p in self.broker_ports.items() if p == port)
+
+    def in_sync(self, name: str) -> int:
+        """How many replicas of set ``name`` the controllers hold in its sync state set (0 while none answers)."""
+        async def ask() -> int:
+            c = ControllerClient(self.ctl.addrs)
+            try:
+                table = await c.sync_state_data([name])
+            finally:
+                await c.close()
+            return len(table.get(name, {}).get("inSyncReplicas", []))
+        try:
+            return asyncio.run(ask())
+        except Exception:  # noqa: BLE001 - no leader yet, a controller restarting: ask again
+            return 0
+
+    def wait_in_sync(self, name: str, replicas: int, timeout: float = 30) -> None:
+        """Until ``replicas`` replicas of set ``name`` are in its sync state set (electable if the master fails)."""
+        wait_for(lambda: self.in_sync(name) >= replicas, timeout, f"{replicas} replicas of {name} in sync")
 
     def wait_master(self, name: str, not_addr: str | None = None, timeout: float = 30) -> str:
         def found() -> str | None:

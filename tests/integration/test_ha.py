@@ -110,6 +110,7 @@ def test_a_deposed_master_truncates_what_it_wrote_alone_and_catches_up(two: HACl
     assert old is not None
     for i in range(20):
         assert rpc(old, 310, {**SEND, "e": str(i % 4)}, b"before-%d" % i).code == 0  # type: ignore[attr-defined]
+    cl.wait_in_sync("broker-a", 2)  # the slave is electable (a master hung before that leaves no master to elect)
     c = cl.container_of(old)
     cl.kill_container(c, signal.SIGSTOP)
     try:
