@@ -1,5 +1,7 @@
-"""A pipelined asyncio load generator speaking RocketMQ remoting: SEND_MESSAGE_V2 with fixed-size bodies over
-several connections with many requests in flight, and PULL_MESSAGE for consume throughput.
+"""A pipelined asyncio load generator speaking RocketMQ remoting: any send shape of ``shapes.py`` (signed when
+given an ACL account) over several connections with many requests in flight, and PULL_MESSAGE for consume
+throughput. The Python reference of the compiled generator (gen.c, which is several times cheaper per send and
+the one the latency, overload and shape benchmarks use); the ACL, HA and tiered benchmarks use this one.
 
 Runs in its own process (python -m scripts.bench.loadgen ...) and prints one JSON object."""
 
