@@ -22,6 +22,20 @@ static int fds_of(PyObject *list, int *out, Py_ssize_t n) {
     return 0;
 }
 
+/* Sync the first `ndir` descriptors with fsync (directories), the rest with fdatasync, closing each; 0 when all
+ * were synced, else the errno of the first failure. Without the GIL (sync_close releases it, Syncer's threads
+ * never hold it). */
+static int sync_and_close(const int *fds, Py_ssize_t ndir, Py_ssize_t n) {
+    int err = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int rc;
+        do rc = i < ndir ? fsync(fds[i]) : fdatasync(fds[i]); while (rc < 0 && errno == EINTR);
+        if (rc < 0 && err == 0) err = errno;
+        close(fds[i]);
+    }
+    return err;
+}
+
 /* -> 0 when every descriptor was synced, else the errno of the first failure (directories: fsync, files:
  * fdatasync). */
 PyObject *sync_close(PyObject *self, PyObject *args) {
@@ -31,14 +45,9 @@ PyObject *sync_close(PyObject *self, PyObject *args) {
     int *fds = PyMem_Malloc(sizeof(int) * (n ? n : 1));
     if (fds == NULL) return PyErr_NoMemory();
     if (fds_of(dirs, fds, nd) || fds_of(files, fds + nd, n - nd)) { PyMem_Free(fds); return NULL; }
-    int err = 0;
+    int err;
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < n; i++) {
-        int rc;
-        do rc = i < nd ? fsync(fds[i]) : fdatasync(fds[i]); while (rc < 0 && errno == EINTR);
-        if (rc < 0 && err == 0) err = errno;
-        close(fds[i]);
-    }
+    err = sync_and_close(fds, nd, n);
     Py_END_ALLOW_THREADS
     PyMem_Free(fds);
     return PyLong_FromLong(err);
@@ -78,13 +87,7 @@ static void *syncer_main(void *arg) {
         s->todo = j->next;
         if (s->todo == NULL) s->todo_tail = NULL;
         pthread_mutex_unlock(&s->mu);
-        j->err = 0;
-        for (Py_ssize_t i = 0; i < j->n; i++) {
-            int rc;
-            do rc = i < j->ndir ? fsync(j->fds[i]) : fdatasync(j->fds[i]); while (rc < 0 && errno == EINTR);
-            if (rc < 0 && j->err == 0) j->err = errno;
-            close(j->fds[i]);
-        }
+        j->err = sync_and_close(j->fds, j->ndir, j->n);
         pthread_mutex_lock(&s->mu);
         j->next = NULL;
         if (s->done_tail) s->done_tail->next = j; else s->done = j;
