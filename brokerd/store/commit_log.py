@@ -41,7 +41,6 @@ from brokerd.store.mapped_file import (
     file_name,
     parse_file_name,
     prepare_sync,
-    sync_all,
 )
 from brokerd.store.tier import TierView
 
@@ -369,9 +368,7 @@ class CommitLog:
 
     def sync_range(self, files: list[MappedFile]) -> None:
         """fsync ``files`` (and the directory when segments were created/deleted) now (recovery)."""
-        dirs = [self.dir] if self.dir_dirty else []
-        self.dir_dirty = False
-        sync_all(dirs, files)
+        self.sync_job(files).run()
 
     def delete_first(self, count: int) -> int:
         """Destroy the ``count`` oldest segments (never the active one); return how many were deleted."""

@@ -10,8 +10,9 @@ page. Pages that ``pwrite`` filled are never mapped writable, so a flush has not
 
 Concurrency contract: writes and reads happen on the event loop thread only. A flush (``prepare_sync``, also
 inside ``sync_all``, which may run in a worker thread) checks ``closed`` under each file's own ``io_lock`` and
-duplicates the descriptor, then syncs the duplicate, so closing or deleting the file meanwhile is harmless. ``prefill`` (the allocator and
-the Warmer threads) holds the lock too, so the descriptor cannot be closed under it.
+duplicates the descriptor, then syncs the duplicate, so closing or deleting the file meanwhile is harmless.
+``prefill`` (the allocator and the Warmer threads) holds the lock too, so the descriptor cannot be closed under
+it.
 """
 
 from __future__ import annotations
@@ -60,6 +61,15 @@ class SyncJob:
         for note in self.notes or ():
             durability.record(note)
 
+    def run(self) -> None:
+        """Sync (and close) the descriptors here and now, with the GIL released once for all of them (``sync_close``
+        in brokerd/csrc/sync.c: syncing file by file from Python costs one forced GIL switch away from the event
+        loop thread per file). Raises the first failure as OSError after trying all."""
+        err = _sync_close(self.dir_fds, self.file_fds)
+        if err:
+            raise OSError(err, f"sync failed: {os.strerror(err)}")
+        self.synced()
+
 
 def prepare_sync(dirs: Iterable[Path], files: Iterable[MappedFile], *, missing_dirs_ok: bool = False) -> SyncJob:
     """Duplicate the descriptors of ``dirs`` and of the open ``files`` (each under its lock, so closing a file
@@ -89,15 +99,9 @@ def prepare_sync(dirs: Iterable[Path], files: Iterable[MappedFile], *, missing_d
 
 
 def sync_all(dirs: Iterable[Path], files: Iterable[MappedFile], *, missing_dirs_ok: bool = False) -> None:
-    """Worker thread: make the directories' entries and the files' written data durable (one flush), with the
-    GIL released once for all of them (``sync_close`` in brokerd/csrc/sync.c: syncing file by file from Python
-    costs one forced GIL switch away from the event loop thread per file). Raises the first failure as OSError
-    after trying all."""
-    job = prepare_sync(dirs, files, missing_dirs_ok=missing_dirs_ok)
-    err = _sync_close(job.dir_fds, job.file_fds)
-    if err:
-        raise OSError(err, f"sync failed: {os.strerror(err)}")
-    job.synced()
+    """Worker thread: make the directories' entries and the files' written data durable (one flush, see
+    ``SyncJob.run``)."""
+    prepare_sync(dirs, files, missing_dirs_ok=missing_dirs_ok).run()
 
 
 _sync_close: Callable[[list[int], list[int]], int] = native.sync_close if native is not None else sync_close
