@@ -19,8 +19,6 @@
 #define MAX_Q 1024
 #define OPQ_BASE 1000  /* pull opaques; the heartbeat's is below */
 
-typedef struct { int fd; buf_t out, in; int want_out; } conn_t;
-
 static struct {
     const char *group, *topic, *sub, *etype;
     int post_sub, maxn, suspend_ms, ts;
@@ -30,15 +28,6 @@ static struct {
     long long msgs, bytes, pulls, found, not_found, other;
     series_t e2e, pull_lat;
 } C;
-
-static void set_events(int ep, conn_t *c, int want_out) {
-    if (c->want_out == want_out) return;
-    c->want_out = want_out;
-    struct epoll_event ev = {.events = EPOLLIN | (want_out ? EPOLLOUT : 0), .data.ptr = c};
-    epoll_ctl(ep, EPOLL_CTL_MOD, c->fd, &ev);
-}
-
-static void flush_out(int ep, conn_t *c) { set_events(ep, c, !write_out(c->fd, &c->out)); }
 
 /* a JSON string value, escaped */
 static int jstr(char *d, size_t cap, const char *s) {

@@ -19,7 +19,6 @@
 #define MAX_CODES 64
 #define NONE 0xFFFFFFFFu
 
-typedef struct { int fd; buf_t out, in; long inflight; int want_out; } conn_t;
 typedef struct { char *data; uint32_t len, opq_at, opq_bin, ts_at, nuniq; uint32_t *uniq_at; } tmpl_t;
 
 static struct {
@@ -104,15 +103,6 @@ static void count_busy(const char *h, size_t n) {
     for (int i = 0; i < S.nbusy; i++) if (!strcmp(S.busy_val[i], reason)) { S.busy_cnt[i]++; return; }
     if (S.nbusy < 8) { strcpy(S.busy_val[S.nbusy], reason); S.busy_cnt[S.nbusy++] = 1; }
 }
-
-static void set_events(int ep, conn_t *c, int want_out) {
-    if (c->want_out == want_out) return; /* no epoll_ctl per send batch */
-    c->want_out = want_out;
-    struct epoll_event ev = {.events = EPOLLIN | (want_out ? EPOLLOUT : 0), .data.ptr = c};
-    epoll_ctl(ep, EPOLL_CTL_MOD, c->fd, &ev);
-}
-
-static void flush_out(int ep, conn_t *c) { set_events(ep, c, !write_out(c->fd, &c->out)); }
 
 /* append send number i (0-based) to c's output */
 static void queue_send(conn_t *c, long long i, double t0) {

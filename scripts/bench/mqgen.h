@@ -112,6 +112,21 @@ static inline int write_out(int fd, buf_t *b) {
     return 1;
 }
 
+/* One connection of a client: its socket, output and input buffers, the generator's sends in flight on it, and
+ * whether epoll also waits for it to be writable. */
+typedef struct { int fd; buf_t out, in; long inflight; int want_out; } conn_t;
+
+/* epoll waits for `c` to be writable too (want_out) or not: changed only when it changes (no epoll_ctl per send) */
+static inline void set_events(int ep, conn_t *c, int want_out) {
+    if (c->want_out == want_out) return;
+    c->want_out = want_out;
+    struct epoll_event ev = {.events = EPOLLIN | (want_out ? EPOLLOUT : 0), .data.ptr = c};
+    epoll_ctl(ep, EPOLL_CTL_MOD, c->fd, &ev);
+}
+
+/* write what c holds; wait for EPOLLOUT when the socket is full */
+static inline void flush_out(int ep, conn_t *c) { set_events(ep, c, !write_out(c->fd, &c->out)); }
+
 /* read what the socket has into `b`; 0 when the peer closed it */
 static inline int read_in(int fd, buf_t *b) {
     for (;;) {

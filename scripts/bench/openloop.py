@@ -57,6 +57,7 @@ def read_lat(path: pathlib.Path) -> array.array:  # type: ignore[type-arg]
 
 
 def max_offsets(addr: str, topic: str, queues: int) -> list[int]:
+    """Each queue's max offset (GET_MAX_OFFSET, 30): where a consumer of what comes next starts, or ends."""
     from tests.support import rpc
 
     return [int(rpc(addr, 30, {"topic": topic, "queueId": str(q)}).ext["offset"]) for q in range(queues)]

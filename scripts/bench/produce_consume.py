@@ -33,6 +33,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from scripts.bench import cgen  # noqa: E402
+from scripts.bench.openloop import max_offsets  # noqa: E402
 from tests.support import Cluster, Daemon, can_connect, free_port, rpc, wait_for  # noqa: E402
 
 PY = sys.executable
@@ -203,7 +204,7 @@ def consume_run(args: argparse.Namespace, tmp: pathlib.Path) -> dict[str, object
         assert rpc(addr, 17, {"topic": topic, "readQueueNums": str(queues), "writeQueueNums": str(queues)}).code == 0
         prod = cgen.run(addr, topic, shape="tagged", body=args.body, conns=SATURATING[0], inflight=SATURATING[1],
                         total=args.total)
-        end = [int(rpc(addr, 30, {"topic": topic, "queueId": str(q)}).ext["offset"]) for q in range(queues)]
+        end = max_offsets(addr, topic, queues)
         out: dict[str, object] = {"produce_msg_per_s": prod["msg_per_s"], "messages": sum(end)}
 
         def consume(kind: str, sub: str, etype: str) -> dict[str, object]:
@@ -240,7 +241,7 @@ def delay_delivery(addr: str, args: argparse.Namespace) -> dict[str, object]:
     seen: list[tuple[float, int]] = []
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
-        n = sum(int(rpc(addr, 30, {"topic": topic, "queueId": str(q)}).ext["offset"]) for q in range(queues))
+        n = sum(max_offsets(addr, topic, queues))
         if n and (not seen or n != seen[-1][1]):
             seen.append((time.monotonic(), n))
         if n >= total:
