@@ -94,7 +94,7 @@ class FakeBroker:
                  offsets: dict[str, dict[int, int]] | None = None, ha: dict[str, Any] | None = None,
                  online: dict[str, list[str]] | None = None, subscribed: dict[str, tuple[str, ...]] | None = None,
                  system: frozenset[str] = frozenset()) -> None:
-        self.cfg = BrokerConfig(broker_name=name, listen_port=30911)
+        self.cfg = BrokerConfig(broker_name=name, listen_port=30911)  # port-ok: a fake broker's config, nothing binds it
         self.stats = BrokerStats(msgs_in=10, msgs_out=4, bytes_in=1000, bytes_out=400, errors=1)
         self.send_lane = None
         self.send_admission = Admission()
