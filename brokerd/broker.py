@@ -38,6 +38,7 @@ from brokerd.remoting.client import RemotingClient
 from brokerd.remoting.connection import Dispatcher, Handler
 from brokerd.replication import BrokerReplication
 from brokerd.schedule import ScheduleService
+from brokerd.store import syncer
 from brokerd.store.config import StoreConfig
 from brokerd.store.message_store import MessageStore
 
@@ -123,6 +124,8 @@ class Broker:
         os.makedirs(self.cfg.store_path_root_dir, exist_ok=True)
         self.meta.load()
         await self.store.start()
+        # a flush that finished is reported after the read that saw it, not after the whole busy loop iteration
+        self.dispatcher.after_read = self.fast_dispatcher.after_read = syncer.poller()
         await self.replication.start()
         self.meta.hub.add_observer(self)
         self.schedule.start()

@@ -74,6 +74,7 @@ typedef struct {
     Job *todo, *todo_tail, *done, *done_tail;
     pthread_t th[SYNCER_MAX_THREADS];
     int nthreads, stop, efd, closed;
+    int ready;  /* a finished job waits for take() (read without the mutex by ready()) */
     long long next_token;
 } Syncer;
 
@@ -92,6 +93,7 @@ static void *syncer_main(void *arg) {
         j->next = NULL;
         if (s->done_tail) s->done_tail->next = j; else s->done = j;
         s->done_tail = j;
+        __atomic_store_n(&s->ready, 1, __ATOMIC_RELEASE);
         uint64_t one = 1;
         ssize_t w = write(s->efd, &one, sizeof one);
         (void)w;  /* the counter cannot overflow: take() reads it */
@@ -155,6 +157,7 @@ static PyObject *Syncer_take(Syncer *s, PyObject *unused) {
     pthread_mutex_lock(&s->mu);
     Job *j = s->done;
     s->done = s->done_tail = NULL;
+    __atomic_store_n(&s->ready, 0, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&s->mu);
     PyObject *out = PyList_New(0);
     while (j != NULL) {
@@ -181,6 +184,11 @@ static void syncer_stop(Syncer *s) {
     s->closed = 1;
 }
 
+/* ready() -> bool: a finished job waits for take() (no syscall, no lock: cheap enough to ask on every read) */
+static PyObject *Syncer_ready(Syncer *s, PyObject *unused) {
+    return PyBool_FromLong(__atomic_load_n(&s->ready, __ATOMIC_ACQUIRE));
+}
+
 static PyObject *Syncer_close(Syncer *s, PyObject *unused) {
     syncer_stop(s);
     Py_RETURN_NONE;
@@ -205,6 +213,7 @@ static void Syncer_dealloc(Syncer *s) {
 static PyMethodDef Syncer_methods[] = {
     {"submit", (PyCFunction)Syncer_submit, METH_VARARGS, "submit(dir_fds, file_fds) -> token"},
     {"take", (PyCFunction)Syncer_take, METH_NOARGS, "take() -> [(token, errno)] of the finished jobs"},
+    {"ready", (PyCFunction)Syncer_ready, METH_NOARGS, "a finished job waits for take()"},
     {"fileno", (PyCFunction)Syncer_fileno, METH_NOARGS, "the eventfd that becomes readable when a job finishes"},
     {"close", (PyCFunction)Syncer_close, METH_NOARGS, "finish the submitted jobs and stop the threads"},
     {NULL},

@@ -57,6 +57,27 @@ class Dispatcher:
         self.lane: Lane | None = None
         self.not_ready: str | None = None  # set: every request is answered SYSTEM_BUSY with this remark
         self.guard: Guard | None = None  # set: checked before any handler runs (a lane takes only what it allows)
+        self.after_read: Callable[[], None] | None = None  # run after each read is handled (e.g. syncer.poll)
+        self._soon: list[Connection] = []  # connections with frames queued by ``write_soon``
+
+    def queue_soon(self, conn: Connection) -> None:
+        """``conn`` has frames from ``write_soon``: written at the end of the read being handled, else at the loop's
+        next turn."""
+        if not self._soon:
+            conn.closed.get_loop().call_soon(self.flush_soon)  # get_running_loop() costs a getpid() on 3.11
+        self._soon.append(conn)
+
+    def flush_soon(self) -> None:
+        conns, self._soon = self._soon, []
+        for c in conns:
+            c.flush_soon()
+
+    def read_done(self) -> None:
+        """After each read a connection of this dispatcher handled."""
+        if self.after_read is not None:
+            self.after_read()
+        if self._soon:
+            self.flush_soon()
 
     def register(self, code: int, handler: Handler) -> None:
         self.handlers[code] = handler
@@ -103,6 +124,7 @@ class Connection(asyncio.Protocol):
         self._read_backpressure = read_backpressure
         self._drain_waiters: list[asyncio.Future[None]] = []
         self._read_held = False  # flow control (``hold_reading``): not read until ``release_reading``
+        self._later: list[bytes | memoryview] = []  # frames queued by ``write_soon``
 
     # -- asyncio.Protocol ---------------------------------------------------------------------------------
 
@@ -130,6 +152,8 @@ class Connection(asyncio.Protocol):
             self.close()
             return
         self.write_frames(out)
+        if self.dispatcher is not None:
+            self.dispatcher.read_done()
 
     def _lane_and_dispatch(self, lane: Lane, data: bytes, out: list[bytes | memoryview]) -> None:
         """The lane takes what it can from the buffer; each frame it stops at is dispatched here, in order."""
@@ -162,6 +186,21 @@ class Connection(asyncio.Protocol):
         """Write already encoded frames (one writelines)."""
         if out and self.transport is not None and not self.transport.is_closing():
             self.transport.writelines(out)
+
+    def write_soon(self, frames: list[bytes | memoryview]) -> None:
+        """Queue ``frames`` to go out in one write with the others queued for this connection soon (e.g. the
+        answers one SYNC_FLUSH group commit released: one write per connection, not one per read they came in):
+        at the end of the read being handled (``Dispatcher.read_done``), else at the loop's next turn."""
+        if self.dispatcher is None:
+            self.write_frames(frames)
+            return
+        if not self._later:
+            self.dispatcher.queue_soon(self)
+        self._later.extend(frames)
+
+    def flush_soon(self) -> None:
+        frames, self._later = self._later, []
+        self.write_frames(frames)
 
     def _refused(self, guard: Guard, cmd: RemotingCommand) -> str | None:
         try:
