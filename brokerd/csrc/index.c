@@ -23,7 +23,8 @@ static void crc_init(void) {
 }
 
 /* zlib.crc32(data, value) */
-static uint32_t crc32_update(uint32_t value, const unsigned char *p, Py_ssize_t n) {
+uint32_t crc32_update(uint32_t value, const unsigned char *p, Py_ssize_t n) {
+    if (!crc_ready) crc_init();
     uint32_t c = ~value;
     for (Py_ssize_t i = 0; i < n; i++) c = crc_table[(c ^ p[i]) & 0xFF] ^ (c >> 8);
     return ~c;

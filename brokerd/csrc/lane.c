@@ -3,14 +3,14 @@
 #include "lane.h"
 
 static int Lane_traverse(Lane *l, visitproc visit, void *arg) {
-    Py_VISIT(l->topics); Py_VISIT(l->resolve); Py_VISIT(l->next_qoff); Py_VISIT(l->listeners); Py_VISIT(l->index_put); Py_VISIT(l->error); Py_VISIT(l->write_error); Py_VISIT(l->last_entry); Py_VISIT(l->last_topic_obj);
+    Py_VISIT(l->topics); Py_VISIT(l->resolve); Py_VISIT(l->next_qoff); Py_VISIT(l->listeners); Py_VISIT(l->index_put); Py_VISIT(l->index_current); Py_VISIT(l->cq_put); Py_VISIT(l->error); Py_VISIT(l->write_error); Py_VISIT(l->last_entry); Py_VISIT(l->last_topic_obj);
     Py_VISIT(l->acl); Py_VISIT(l->acl_key);
     Py_VISIT(l->delay_entry); Py_VISIT(l->delay_topic); Py_VISIT(l->half_entry); Py_VISIT(l->half_topic);
     return 0;
 }
 
 static int Lane_clear(Lane *l) {
-    Py_CLEAR(l->topics); Py_CLEAR(l->resolve); Py_CLEAR(l->next_qoff); Py_CLEAR(l->listeners); Py_CLEAR(l->index_put); Py_CLEAR(l->error); Py_CLEAR(l->write_error);
+    Py_CLEAR(l->topics); Py_CLEAR(l->resolve); Py_CLEAR(l->next_qoff); Py_CLEAR(l->listeners); Py_CLEAR(l->index_put); Py_CLEAR(l->index_current); Py_CLEAR(l->cq_put); Py_CLEAR(l->error); Py_CLEAR(l->write_error);
     Py_CLEAR(l->acl); Py_CLEAR(l->acl_key);
     Py_CLEAR(l->delay_entry); Py_CLEAR(l->delay_topic); Py_CLEAR(l->half_entry); Py_CLEAR(l->half_topic);
     lane_clear_cache(l);
@@ -219,6 +219,7 @@ static PyObject *Lane_run(Lane *l, PyObject *const *args, Py_ssize_t nargs) {
     if (lane_write(l, args[8])) stop = STOP_WRITE_FAILED;
     res = Py_BuildValue("(ni)", pos, stop);
 done:
+    lane_index_settle(l);
     l->busy = NULL;
     PyBuffer_Release(&in);
     return res;
@@ -243,6 +244,22 @@ static int Lane_set_resolver(Lane *l, PyObject *v, void *unused) {
 }
 
 static PyObject *Lane_get_resolver(Lane *l, void *unused) { return Py_NewRef(l->resolve ? l->resolve : Py_None); }
+
+/* The callable attributes (index_current, cq_put): None or a callable. */
+static int Lane_set_callable(Lane *l, PyObject *v, void *which) {
+    if (v != NULL && v != Py_None && !PyCallable_Check(v)) {
+        PyErr_SetString(PyExc_TypeError, "must be callable or None");
+        return -1;
+    }
+    PyObject **slot = which ? &l->cq_put : &l->index_current;
+    Py_XSETREF(*slot, v != NULL && v != Py_None ? Py_NewRef(v) : NULL);
+    return 0;
+}
+
+static PyObject *Lane_get_callable(Lane *l, void *which) {
+    PyObject *v = which ? l->cq_put : l->index_current;
+    return Py_NewRef(v ? v : Py_None);
+}
 
 static PyObject *Lane_get(Lane *l, void *which) {
     switch ((intptr_t)which) {
@@ -273,6 +290,12 @@ static PyGetSetDef Lane_getset[] = {
     {"resolver", (getter)Lane_get_resolver, (setter)Lane_set_resolver,
      "resolver(topic, default_topic, default_queue_nums, queue_id, batch) -> entry or None: asked once for a send "
      "whose topic is not in the table (ACL off); the entry it returns is added to the table", NULL},
+    {"index_current", (getter)Lane_get_callable, (setter)Lane_set_callable,
+     "index_current() -> the store's current IndexFile or None: the key index entries are written into it from C "
+     "(index_put is called when they do not fit); None: index_put only", NULL},
+    {"cq_put", (getter)Lane_get_callable, (setter)Lane_set_callable,
+     "ConsumeQueue.put: a topic entry's put bound to it is done in C when the entry lands in the queue's last file "
+     "and its reserved space (the method is called otherwise); None: always called", (void *)1},
     {NULL},
 };
 

@@ -28,7 +28,13 @@ typedef struct {
     PyObject *resolve;
     PyObject *next_qoff;    /* the store's {(topic, qid): next queue offset} */
     PyObject *listeners;    /* the store's dispatch listeners (only: are there any) */
-    PyObject *index_put;    /* callable (topic, keys, phys, ts) or None */
+    PyObject *index_put;    /* callable (topic, keys, phys, ts) or None: the key index's put (the reference) */
+    /* callable () -> the store's current IndexFile or None (lane_index.c writes into it), or NULL: index_put only;
+     * ix: that file while a run writes into it (file NULL otherwise) */
+    PyObject *index_current;
+    PyObject *cq_put;       /* ConsumeQueue.put (the function): a queue's put bound to it is done by lane_cq.c */
+    struct { PyObject *file; Py_buffer sv, ev; long long slots, limit, count, begin_ts, begin_phy, end_ts, end_phy;
+             int wrote; } ix;
     char cluster[256]; Py_ssize_t cluster_n;
     char id_prefix[16];
     char uniq_prefix[20];   /* UNIQ_KEYs the lane generates: this prefix + ms since month start + counter */
@@ -131,5 +137,12 @@ int lane_retry_stays(Lane *l, Send *s);
  * decides (l->acl_miss counted), -1 a Python exception. */
 enum { ACL_NO_KEY = 0, ACL_NOT_ADMITTED = 1, ACL_BAD_SIG = 2, ACL_UNSUPPORTED = 3 };
 int lane_acl_ok(Lane *l, const Send *s);
+
+/* lane_cq.c: `put`(qoff, phys, size, tags), a topic entry's consume-queue put, done (0) or raised (-1). */
+int lane_cq_put(Lane *l, PyObject *put, long long qoff, long long phys, long long size, long long tags);
+/* lane_index.c: the key index entries of a stored record (its KEYS and UNIQ_KEY) under `topic` (0 ok, -1 a Python
+ * exception); the run's index file written back and released (at the end of each run). */
+int lane_index_put(Lane *l, PyObject *topic, const Prop *keys, const Prop *uniq, long long phys, long long ts);
+void lane_index_settle(Lane *l);
 
 #endif

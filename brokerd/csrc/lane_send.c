@@ -239,11 +239,6 @@ static PyObject *fetch_error(void) {
     return ev ? ev : Py_NewRef(Py_None);
 }
 
-static PyObject *call4(PyObject *fn, PyObject *a, PyObject *b, PyObject *c, PyObject *d) {
-    PyObject *args[4] = {a, b, c, d};
-    return PyObject_Vectorcall(fn, args, 4, NULL);
-}
-
 /* Consume-queue put, index put, a note for the listeners. A failing put is kept in l->error (the run stops
  * and the store sets its error flag; recovery redoes the dispatch), never raised: the record is stored. */
 static void dispatch(Lane *l, const Send *s, PyObject *qkey, long long qoff, long long phys, long long ts,
@@ -251,29 +246,18 @@ static void dispatch(Lane *l, const Send *s, PyObject *qkey, long long qoff, lon
     /* the tags code; a delayed message's is its delivery time (store time + the level's delay) */
     long long tags = s->level > 0 ? ts + l->delay_ms[s->level - 1]
                      : s->tags != NULL ? java_hash((const unsigned char *)s->tags->v, s->tags->vn) : 0;
-    PyObject *qo = PyLong_FromLongLong(qoff), *po = PyLong_FromLongLong(phys), *so = PyLong_FromLongLong(s->size),
-             *to = PyLong_FromLongLong(tags), *tso = PyLong_FromLongLong(ts), *res = NULL;
-    if (qo && po && so && to && tso) {
-        res = call4(PyTuple_GET_ITEM(PyTuple_GET_ITEM(s->entry, 5), s->qid), qo, po, so, to);
-        if (res != NULL && l->index_put != Py_None) {
-            Py_DECREF(res);
-            PyObject *kl = index_keys(s->keys, s->uniq);
-            res = kl ? call4(l->index_put, s->topic_obj, kl, po, tso) : NULL;
-            Py_XDECREF(kl);
-        }
-    }
-    if (res == NULL) {
+    PyObject *put = PyTuple_GET_ITEM(PyTuple_GET_ITEM(s->entry, 5), s->qid);
+    if (lane_cq_put(l, put, qoff, phys, s->size, tags) ||
+        (l->index_put != Py_None && lane_index_put(l, s->topic_obj, s->keys, s->uniq, phys, ts))) {
         l->error = fetch_error();
-    } else {
-        Py_DECREF(res);
-        l->dispatched_end = phys + s->size;
-        if (PyList_GET_SIZE(l->listeners) > 0) {  /* listeners run after the run, once per queue */
-            PyObject *note = PyTuple_Pack(2, qo, to);
-            if (note == NULL || PyDict_SetItem(notes, qkey, note) < 0) PyErr_Clear();
-            Py_XDECREF(note);
-        }
+        return;
     }
-    Py_XDECREF(qo); Py_XDECREF(po); Py_XDECREF(so); Py_XDECREF(to); Py_XDECREF(tso);
+    l->dispatched_end = phys + s->size;
+    if (PyList_GET_SIZE(l->listeners) > 0) {  /* listeners run after the run, once per queue */
+        PyObject *note = Py_BuildValue("(LL)", qoff, tags);
+        if (note == NULL || PyDict_SetItem(notes, qkey, note) < 0) PyErr_Clear();
+        Py_XDECREF(note);
+    }
 }
 
 /* The offset message id of the record at `phys` (32 characters at dst). */

@@ -64,6 +64,8 @@ int parse_int(Cur *c, long long *out);
  * come from parse_header or parse_binary_header, which checked its bytes are UTF-8. */
 Py_ssize_t unescape(const Str *s, char *out);
 int utf8_valid(const unsigned char *s, Py_ssize_t n);
+/* zlib.crc32(p[:n], value) (index.c) */
+uint32_t crc32_update(uint32_t value, const unsigned char *p, Py_ssize_t n);
 
 /* ---- JSON writing (json.c) */
 

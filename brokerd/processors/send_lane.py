@@ -61,6 +61,7 @@ from brokerd.remoting.codec import FrameDecoder
 from brokerd.remoting.codes import ResponseCode
 from brokerd.remoting.command import RemotingCommand
 from brokerd.remoting.connection import Connection
+from brokerd.store.consume_queue import ConsumeQueue
 from brokerd.store.flags import WRITE_LOGICS_QUEUE_ERROR
 from brokerd.store.results import PutStatus
 
@@ -84,6 +85,10 @@ GATE_REASONS = ("native_off", "not_master_or_writable", "segment_full", "store_e
 STOP_REASONS = {STOP_ROLL: "segment_full", STOP_ERROR: "store_error", 4: "store_error"}
 
 log = structlog.get_logger(component="send_lane")
+
+# the consume queues' put as defined: their puts bound to this function are written in C (brokerd/csrc/lane_cq.c);
+# a put replaced later (a test injecting a fault) is called
+CQ_PUT = ConsumeQueue.put
 
 # SendProcessor.lane_decision: (topic, default topic, default queue nums, queue id, batch) -> (config, retry max)
 Decision = Callable[[str, str, int, int, bool], "tuple[TopicConfig, int | None] | None"]
@@ -129,6 +134,8 @@ class SendLane:
             cfg.region_id, cfg.trace_on, ipv4_bytes(store.store_host[0]), store.store_host[1],
             store.cfg.max_message_size, store.commit_log.segment_size, native_uniq_prefix())  # fmt: skip
         self._lane.sync = bind.sync_flush
+        self._lane.index_current = bind.index_file
+        self._lane.cq_put = CQ_PUT
         self._lane.resolver = self._resolve
         if self.broker.acl is not None:
             self._acl_table.clear()
@@ -376,7 +383,7 @@ class SendLane:
         """The answers of one read go out once the broker's put acknowledgement (flush and/or replicas, the same
         ``PutAcks`` the Python path uses) covers their last record; with its failure status otherwise."""
         waiting = self.admission.waiting(len(answers), read_at, end)
-        pending: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        pending: asyncio.Future[None] = conn.closed.get_loop().create_future()  # get_running_loop: a getpid()
 
         def done(status: PutStatus) -> None:
             self.admission.answered(waiting)
@@ -392,7 +399,7 @@ class SendLane:
 
     def _write_answers(self, conn: Connection, answers: list[bytes | memoryview], status: PutStatus) -> None:
         if status is PutStatus.PUT_OK:
-            conn.write_frames(answers)
+            conn.write_soon(answers)  # with the other answers the same flush released on this connection
             return
         code = PUT_STATUS_CODES.get(status, ResponseCode.SYSTEM_ERROR)
         stored = code in STORED_CODES

@@ -181,6 +181,12 @@ class IndexService:
         if not self.files and self.allocator is not None:
             self.allocator.request(self.dir / file_name(0), 0, self.file_size, self.PREFAULT, random_access=True)
 
+    def current_file(self) -> IndexFile | None:
+        """The file ``put_keys`` writes into now (None before the first): the C send lane writes the entries that
+        fit in its reserved space directly (brokerd/csrc/lane_index.c) and sets its ``count``, ``begin_*`` and
+        ``end_*`` as ``put_keys`` would; the rest it leaves to ``put_keys``."""
+        return self._cur
+
     def put_keys(self, topic: str, keys: list[str], phys: int, ts: int) -> None:
         """Index ``keys`` of the record at ``phys`` (hot path: no header write, see IndexFile)."""
         f = self._cur

@@ -91,7 +91,7 @@ from brokerd.store.dispatch import Dispatcher, DispatchListener
 from brokerd.store.epoch import FILE_NAME as EPOCH_FILE_NAME
 from brokerd.store.epoch import EpochEntry, EpochFile
 from brokerd.store.flags import NOT_WRITEABLE, WRITE_BLOCKERS, WRITE_LOGICS_QUEUE_ERROR, RunningFlags
-from brokerd.store.index import IndexService
+from brokerd.store.index import IndexFile, IndexService
 from brokerd.store.mapped_file import MappedFile
 from brokerd.store.protocols import QuotaChecker
 from brokerd.store.queue_store import ConsumeQueueStore
@@ -124,6 +124,7 @@ class LaneBinding(NamedTuple):
     index_put: Callable[[str, list[str], int, int], None] | None
     id_prefix: str
     sync_flush: bool
+    index_file: Callable[[], IndexFile | None] | None  # the current key index file, written into from C
 
 
 class MessageStore:
@@ -623,10 +624,10 @@ class MessageStore:
         return self.is_writeable()
 
     def lane_binding(self) -> LaneBinding:
-        """The state the lane updates in place: next queue offsets, dispatch listeners, the key-index put."""
+        """The state the lane updates in place: next queue offsets, dispatch listeners, the key index."""
         index, d = self.index, self.dispatcher
         return LaneBinding(d.next_queue_offsets, d.listeners, index.put_keys if index is not None else None,
-                           self._id_prefix, self._sync_flush)  # fmt: skip
+                           self._id_prefix, self._sync_flush, index.current_file if index is not None else None)  # fmt: skip
 
     def lane_appended(self, f: MappedFile, end: int, store_ts: int, dispatched_end: int) -> None:
         """The lane appended records to the active segment ``f`` up to ``end`` and dispatched them up to

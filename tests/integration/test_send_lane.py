@@ -81,10 +81,9 @@ class Transport:
 async def start_broker(root: Path, lane: bool, **cfg: Any) -> tuple[Broker, Connection, Transport]:
     """An in-process broker; overload shedding off unless asked for (it depends on timing, which differs between
     the two brokers of a comparison: a flush stalled by other work on the disk would refuse sends on one only)."""
-    cfg.setdefault("broker_fast_failure_enable", False)
+    cfg = {"broker_fast_failure_enable": False, "max_hash_slot_num": 5000, "max_index_num": 20000, **cfg}
     port = 30911  # port-ok: only the store host in records and message ids; in-process brokers bind nothing
-    conf = BrokerConfig(store_path_root_dir=str(root), listen_port=port, broker_name="lane-test",
-                        max_hash_slot_num=5000, max_index_num=20000, **cfg)  # fmt: skip
+    conf = BrokerConfig(store_path_root_dir=str(root), listen_port=port, broker_name="lane-test", **cfg)
     b = Broker(conf, RemotingClient(), namesrv_addrs=[])
     await b.start()
     for t in TOPICS:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from brokerd.broker import Broker
 from brokerd.message import decode_record, encode_batch_body
 from brokerd.native import native
 from brokerd.remoting import encode, request
@@ -220,6 +221,52 @@ async def test_compressed_bodies_take_the_lane_stored_as_sent(tmp_path: Path) ->
         assert records(a) == records(b) and queues(a) == queues(b)
         assert {r[11]["UNIQ_KEY"]: (r[5], r[10]) for r in records(a)} == sent
         assert a.send_lane is not None and a.send_lane.handled == len(frames) - 1  # the first creates the segment
+    finally:
+        await a.shutdown()
+        await b.shutdown()
+
+
+def index_files(b: Broker) -> list[tuple[object, ...]]:
+    """Each key index file: count, first and last record, slot table, entries (hash and chain, record) and whether
+    the last entry's store time is the file's end time (the times differ between two brokers)."""
+    assert b.store.index is not None
+    out: list[tuple[object, ...]] = []
+    for f in b.store.index.files:
+        ent = f.ent_view
+        out.append((f.count, f.begin_phy, f.end_phy, bytes(f.slot_view),
+                    [(ent[i * 3], ent[i * 3 + 1]) for i in range(1, f.count)],
+                    f.count == 1 or ent[(f.count - 1) * 3 + 2] == f.end_ts > 0))  # fmt: skip
+    return out
+
+
+async def test_index_and_queue_entries_are_written_entry_for_entry_as_the_python_path_writes_them(
+        tmp_path: Path) -> None:  # fmt: skip
+    """The lane writes key index and consume-queue entries into the current files itself (brokerd/csrc/lane_index.c,
+    lane_cq.c); an entry that does not fit goes to IndexService.put_keys / ConsumeQueue.put, which roll to a new
+    file. With files small enough to roll many times within one read, both brokers' index files hold the same
+    slots, entries and counts, and their consume queues the same entries."""
+    keys = ["", "k{i}", "k{i} k{j}", "  k{j}  spaced  ", "X{i:031d}", "k{i} X{i:031d} k{j}", "\u00e9t\u00e9 k{j}"]
+    frames = [send(i, TOPICS[i % 2], i % 4, {"UNIQ_KEY": f"X{i:031d}", "KEYS": keys[i % len(keys)].format(i=i, j=i % 5)}
+                   | ({"TAGS": "t"} if i % 3 else {}), b"x" * (i % 50)) for i in range(1, 600)]  # fmt: skip
+    brokers = [await start_broker(tmp_path / name, lane, max_index_num=160, max_hash_slot_num=37,
+                                  mapped_file_size_consume_queue=20 * 30) for name, lane in (("a", True), ("b", False))]
+    (a, ca, ta), (b, cb, tb) = brokers
+    try:
+        feed(ca, frames, 5)
+        feed(cb, frames, 6)
+        await all_answered(ta, tb)
+        assert answers(ta) == answers(tb) and {c.code for c in ta.frames} == {0}
+        assert a.send_lane is not None and a.send_lane.handled > 590
+        assert a.store.index is not None and len(a.store.index.files) > 5
+        assert index_files(a) == index_files(b)
+        assert all(f[5] for f in index_files(a))
+        assert queues(a) == queues(b)
+        sent = [cq for (t, _q), cq in a.store.queue_store.queues.items() if t in TOPICS]
+        assert len(sent) == 4 and all(len(cq.files) > 3 for cq in sent)
+        for key in ("k7", "k3", "spaced", "X" + "0" * 28 + "123", "\u00e9t\u00e9"):
+            found = [sorted(decode_record(buf)[0].commit_log_offset
+                            for buf in x.store.query_message(TOPICS[1], key, 64, 0, 2**62).buffers) for x in (a, b)]
+            assert found[0] == found[1]
     finally:
         await a.shutdown()
         await b.shutdown()
