@@ -48,12 +48,14 @@ def _exe(name: str) -> str:
 
 
 def command(addr: str, frames: pathlib.Path, *, conns: int, inflight: int = 0, total: int = 0, rate: float = 0.0,
-            seconds: float = 0.0, start: float = 0.0, lat_out: pathlib.Path | None = None) -> list[str]:
+            seconds: float = 0.0, start: float = 0.0, tick_us: float = 0.0,
+            lat_out: pathlib.Path | None = None) -> list[str]:
     """The generator's command line: closed loop (inflight, total), flood (inflight, seconds) or open loop (rate,
     seconds[, start])."""
     cmd = [_exe("mqgen"), "--addr", addr, "--frames", str(frames), "--conns", str(conns)]
     if rate > 0:
         cmd += ["--rate", str(rate), "--seconds", str(seconds)] + (["--start", repr(start)] if start else [])
+        cmd += ["--tick-us", str(tick_us)] if tick_us else []
     elif total:
         cmd += ["--inflight", str(inflight), "--total", str(total)]
     else:

@@ -9,7 +9,8 @@
  * closed loop: --inflight K --total N (each answer frees its slot for the next send on that connection)
  * flood:       --inflight K --seconds S (closed loop for S seconds, then the answers still due are awaited)
  * open loop:   --rate R --seconds S [--start EPOCH] (send i is due at start + i/R; a late send goes out at once
- *              and its latency still counts from its due time; lateness = actual send - due is reported)
+ *              and its latency still counts from its due time; lateness = actual send - due is reported;
+ *              --tick-us US: wake at most every US microseconds, sending every send due by then)
  * Prints one JSON line. --lat-out FILE writes every latency (seconds, native doubles) in send order.
  * Build: gcc -O2 -o build/mqgen scripts/bench/gen.c (scripts/bench/cgen.py does it).
  */
@@ -24,7 +25,7 @@ typedef struct { char *data; uint32_t len, opq_at, opq_bin, ts_at, nuniq; uint32
 static struct {
     tmpl_t *t; uint32_t n, per;   /* templates, messages per frame */
     uint64_t salt;                /* this process's share of every UNIQ_KEY tail */
-    int64_t epoch_ns; double rate;
+    int64_t epoch_ns; double rate, tick;
     long long issued, answered, acked;
     series_t lat, ok_lat, t0, late;  /* per send: answer - (due or sent); the same for successes; start; lateness */
     int code_val[MAX_CODES]; long long code_cnt[MAX_CODES]; int ncodes;
@@ -178,7 +179,7 @@ static void usage(void) {
     fprintf(stderr, "usage: mqgen --addr HOST:PORT --frames FILE [--conns C]\n"
                     "  closed loop: --inflight K --total N\n"
                     "  flood:       --inflight K --seconds S\n"
-                    "  open loop:   --rate R --seconds S [--start EPOCH_SECONDS]\n"
+                    "  open loop:   --rate R --seconds S [--start EPOCH_SECONDS] [--tick-us US]\n"
                     "  [--lat-out FILE] [--timeout SECONDS]\n");
     exit(2);
 }
@@ -200,6 +201,7 @@ static void issue_due(int ep, conn_t *cs, int conns, int tfd, double base, long 
     if (touched) for (int i = 0; i < conns; i++) if (cs[i].out.len > cs[i].out.off) flush_out(ep, &cs[i]);
     if (S.issued < total) { /* wake at the next send's due time */
         double next = base + S.issued / S.rate;
+        if (next < now + S.tick) next = now + S.tick;  /* --tick-us: the sends due meanwhile go out together */
         struct itimerspec its = {0};
         its.it_value.tv_sec = (time_t)next;
         its.it_value.tv_nsec = (long)((next - (double)(time_t)next) * 1e9);
@@ -225,6 +227,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--rate")) S.rate = atof(v);
         else if (!strcmp(a, "--seconds")) seconds = atof(v);
         else if (!strcmp(a, "--start")) start = atof(v);
+        else if (!strcmp(a, "--tick-us")) S.tick = atof(v) / 1e6;
         else if (!strcmp(a, "--lat-out")) lat_out = v;
         else if (!strcmp(a, "--timeout")) timeout = atof(v);
         else usage();
