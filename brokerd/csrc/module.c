@@ -11,6 +11,7 @@
  *    take the GIL, finished jobs announced on an eventfd the event loop watches.
  * 4. scan_log (scan.c): a slave's replicated log bytes validated and parsed for dispatch in one pass.
  * 5. index_put (index.c): the key index's put loop (crc32 hash, slot chain, entry).
+ * 6. scan_pull (pull_scan.c): a pull's read loop over one consume-queue file's entries (reader._step per entry).
  */
 #include "send.h"
 
@@ -43,6 +44,8 @@ static PyMethodDef methods[] = {
     {"java_hash", java_hash_py, METH_O, "Java String.hashCode"},
     {"sync_close", sync_close, METH_VARARGS, "sync_close(dir_fds, file_fds) -> errno of the first failure or 0"},
     {"scan_log", scan_log, METH_VARARGS, "scan_log(buf, base, segment_size, verify=True) -> (end, records)"},
+    {"scan_pull", scan_pull, METH_VARARGS, "scan_pull(chunk, q0, i, state, limits, tag_filter, files, segment_size, "
+     "buffers, qoffs) -> (i, stopped)"},
     {"index_put", index_put, METH_VARARGS, "index_put(slots, entries, slot_count, count, max, seed, keys, phys, ts)"},
     {NULL},
 };

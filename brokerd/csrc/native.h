@@ -93,6 +93,8 @@ PyObject *encode_head(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 
 PyObject *scan_log(PyObject *self, PyObject *args);
 PyObject *index_put(PyObject *self, PyObject *args);
+/* ---- a pull's read over one consume-queue file (pull_scan.c) */
+PyObject *scan_pull(PyObject *self, PyObject *args);
 
 /* ---- the send lane (lane.c) */
 
@@ -107,6 +109,11 @@ static inline void put_be32(char *p, uint32_t v) {
     p[0] = (char)(v >> 24); p[1] = (char)(v >> 16); p[2] = (char)(v >> 8); p[3] = (char)v;
 }
 static inline void be16w(unsigned char *p, int v) { p[0] = (unsigned char)(v >> 8); p[1] = (unsigned char)v; }
+static inline long long be64(const unsigned char *p) {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) v = v << 8 | p[i];
+    return (long long)v;
+}
 static inline void be64w(unsigned char *p, uint64_t v) {
     for (int i = 7; i >= 0; i--) { p[i] = (unsigned char)v; v >>= 8; }
 }

@@ -47,11 +47,6 @@ typedef struct {
 
 typedef struct { int32_t sysflag; Py_ssize_t body, blen, topic, tlen, props, plen; } Layout;
 
-static inline long long be64(const unsigned char *p) {
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++) v = v << 8 | p[i];
-    return (long long)v;
-}
 
 /* ---- CRC32 of a body: zlib.crc32 (the C call through Python costs ~0.05 us over linking zlib, ~0.4 us per KiB
  * in all; not worth a build-time dependency) */

@@ -171,19 +171,28 @@ class ConsumeQueue:
         first = self._file_for_read(offset)
         if first is None:
             return None
-        return self._iter(offset, min(end, self.max_offset))
+        return self._iter(offset, end)
 
     def _iter(self, offset: int, end: int) -> Iterator[tuple[int, int, int, int]]:
-        q = offset
+        for q, chunk in self.chunks(offset, end):
+            for phys, size, tags in ENTRY.iter_unpack(chunk):
+                yield q, phys, size, tags
+                q += 1
+
+    def chunks(self, offset: int, end: int) -> Iterator[tuple[int, bytes]]:
+        """The entries [offset, min(end, max_offset)) as (first queue offset, bytes), one piece per file; it ends at a
+        missing file."""
+        q, end = offset, min(end, self.max_offset)
         while q < end:
             f = self._file_for_read(q)
             if f is None:
                 return
             lo = q * CQ_UNIT_SIZE - f.base
             hi = min(end * CQ_UNIT_SIZE - f.base, f.size)
-            for phys, size, tags in ENTRY.iter_unpack(f.mm[lo:hi]):
-                yield q, phys, size, tags
-                q += 1
+            if hi <= lo:
+                return
+            yield q, f.mm[lo:hi]
+            q += (hi - lo) // CQ_UNIT_SIZE
 
     def roll_next_file(self, offset: int) -> int:
         return offset + self.units_per_file - offset % self.units_per_file

@@ -8,11 +8,13 @@ least one message if one matches".
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from brokerd.message import decode_properties, message_keys, record_layout
+from brokerd.native import native
 from brokerd.store.commit_log import CommitLog
 from brokerd.store.config import CQ_UNIT_SIZE, StoreConfig
-from brokerd.store.consume_queue import ConsumeQueue
+from brokerd.store.consume_queue import ENTRY, ConsumeQueue
 from brokerd.store.index import IndexService
 from brokerd.store.results import GetMessageResult, GetMessageStatus, QueryMessageResult
 
@@ -54,6 +56,27 @@ def get_message(
     return res
 
 
+@dataclass(slots=True)
+class _Scan:
+    """A pull's read in progress: its limits and what it found so far (``_step``; native ``scan_pull`` keeps the
+    last five in ``state``)."""
+
+    offset: int
+    filter_bytes: int
+    max_msg_nums: int
+    max_msg_bytes: int
+    max_mem_bytes: int
+    max_count: int
+    res: GetMessageResult
+    state: list[int]  # total, count, next_begin, status (_STATUS index), next_phy_file_start
+
+
+_STATUS = (GetMessageStatus.NO_MATCHED_MESSAGE, GetMessageStatus.FOUND, GetMessageStatus.MESSAGE_WAS_REMOVING)
+SCAN_PULL = native.scan_pull if native is not None and hasattr(native, "scan_pull") else None
+"""The C loop (brokerd/csrc/pull_scan.c) when built; ``_step`` is the reference, and runs every entry it hands
+back (a record not in a mapped file) and every entry of a SQL92 pull."""
+
+
 def _scan(
     log: CommitLog,
     cq: ConsumeQueue,
@@ -66,55 +89,71 @@ def _scan(
     record_filter: Callable[[bytes], bool] | None,
     res: GetMessageResult,
 ) -> None:
-    S = GetMessageStatus
     filter_bytes = min(max(_MIN_FILTER_BYTES, max_msg_nums * CQ_UNIT_SIZE), _MAX_FILTER_BYTES)
     scan_end = min(max_o, offset + filter_bytes // CQ_UNIT_SIZE + 1)
-    entries = cq.iter_from(offset, scan_end)
-    if entries is None:
-        res.status, res.next_begin_offset = S.OFFSET_FOUND_NULL, cq.roll_next_file(offset)
+    if cq.iter_from(offset, scan_end) is None:
+        res.status, res.next_begin_offset = GetMessageStatus.OFFSET_FOUND_NULL, cq.roll_next_file(offset)
         return
-    max_count = cfg.max_transfer_count_on_message_in_memory
-    max_mem_bytes = cfg.max_transfer_bytes_on_message_in_memory
-    buffers = res.buffers
-    total = count = 0
-    next_phy_file_start = -1
-    next_begin = offset
-    status = S.NO_MATCHED_MESSAGE
-    for qoff, phys, size, tags in entries:
-        if (qoff - offset) * CQ_UNIT_SIZE > filter_bytes:
-            break
-        if total and count and (
-            count + 1 > max_msg_nums or total + size > max_msg_bytes or total + size > max_mem_bytes
-            or count > max_count - 1
-        ):  # fmt: skip
-            break
-        next_begin = qoff + 1
-        if size <= 0 or phys < next_phy_file_start:
+    st = _Scan(offset, filter_bytes, max_msg_nums, max_msg_bytes, cfg.max_transfer_bytes_on_message_in_memory,
+               cfg.max_transfer_count_on_message_in_memory, res, [0, 0, offset, 0, -1])  # fmt: skip
+    native_scan = SCAN_PULL if record_filter is None else None
+    limits = (offset, filter_bytes, max_msg_nums, max_msg_bytes, st.max_mem_bytes, st.max_count)
+    for q0, chunk in cq.chunks(offset, scan_end):
+        i, n = 0, len(chunk) // CQ_UNIT_SIZE
+        while i < n:
+            if native_scan is not None:
+                i, stopped = native_scan(chunk, q0, i, st.state, limits, tag_filter, log.files, log.segment_size,
+                                         res.buffers, res.queue_offsets)  # fmt: skip
+                if stopped:
+                    break
+                if i >= n:
+                    continue
+            phys, size, tags = ENTRY.unpack_from(chunk, i * CQ_UNIT_SIZE)
+            if not _step(log, st, q0 + i, phys, size, tags, tag_filter, record_filter):
+                break
+            i += 1
+        else:
             continue
-        if tag_filter is not None and not tag_filter(tags):
-            if not total:
-                status = S.NO_MATCHED_MESSAGE
-            continue
-        data = log.read(phys, size)
-        if data is None:
-            if not total:
-                status = S.MESSAGE_WAS_REMOVING
-            next_phy_file_start = log.roll_next_file(phys)
-            continue
-        if record_filter is not None and not record_filter(data):
-            if not total:
-                status = S.NO_MATCHED_MESSAGE
-            continue
-        buffers.append(data)
-        res.queue_offsets.append(qoff)
-        total += size
-        count += 1
-        status = S.FOUND
-        next_phy_file_start = -1
-    res.status = status
-    res.next_begin_offset = next_begin
+        break
+    total, count, res.next_begin_offset, status, _ = st.state
+    res.status = _STATUS[status]
     res.message_count = count
     res.buffer_total_size = total
+
+
+def _step(log: CommitLog, st: _Scan, qoff: int, phys: int, size: int, tags: int,
+          tag_filter: Callable[[int], bool] | None, record_filter: Callable[[bytes], bool] | None) -> bool:  # fmt: skip
+    """One consume-queue entry of a pull's read: False when the read ends before it (a limit reached)."""
+    state = st.state
+    total, count, _, _, next_phy_file_start = state
+    if (qoff - st.offset) * CQ_UNIT_SIZE > st.filter_bytes:
+        return False
+    if total and count and (
+        count + 1 > st.max_msg_nums or total + size > st.max_msg_bytes or total + size > st.max_mem_bytes
+        or count > st.max_count - 1
+    ):  # fmt: skip
+        return False
+    state[2] = qoff + 1
+    if size <= 0 or phys < next_phy_file_start:
+        return True
+    if tag_filter is not None and not tag_filter(tags):
+        if not total:
+            state[3] = 0
+        return True
+    data = log.read(phys, size)
+    if data is None:
+        if not total:
+            state[3] = 2
+        state[4] = log.roll_next_file(phys)
+        return True
+    if record_filter is not None and not record_filter(data):
+        if not total:
+            state[3] = 0
+        return True
+    st.res.buffers.append(data)
+    st.res.queue_offsets.append(qoff)
+    state[0], state[1], state[3], state[4] = total + size, count + 1, 1, -1
+    return True
 
 
 def store_time_at(log: CommitLog, cq: ConsumeQueue, offset: int) -> int:
