@@ -83,7 +83,7 @@ static PyObject *signed_values(const Send *s) {
             if (m < 0) { Py_DECREF(out); return NULL; }
             p += m;
         } else if (e->kind == V_INT) {
-            p += snprintf(p, 24, "%lld", e->i);
+            p += fmt_ll(p, e->i);
         } else {
             const char *t = e->kind == V_TRUE ? "true" : "false";
             memcpy(p, t, strlen(t)); p += strlen(t);

@@ -56,7 +56,9 @@ static inline int parse_str(Cur *c, Str *out) {
                         lo < 0xDC00 || lo > 0xDFFF) return 1;
                     c->p += 6;
                 }
-            } else if (!memchr("\"\\/bfnrt", e, 8) || e == 0) return 1;
+            } else if (e != '"' && e != '\\' && e != '/' && e != 'b' && e != 'f' && e != 'n' && e != 'r' && e != 't') {
+                return 1;
+            }
             continue;
         }
         if (ch < 0x20) return 1;
@@ -314,13 +316,19 @@ int out_raw(Out *o, const char *s, Py_ssize_t n) {
     return 0;
 }
 
-int out_ll(Out *o, long long v) {  /* decimal, as %lld (snprintf cost ~1 % of the send path) */
+int fmt_ll(char *dst, long long v) {  /* decimal, as %lld (snprintf cost ~1 % of the send path) */
     char tmp[24];
     int k = sizeof tmp;
     unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
     do tmp[--k] = (char)('0' + u % 10); while ((u /= 10) != 0);
     if (v < 0) tmp[--k] = '-';
-    return out_raw(o, tmp + k, (Py_ssize_t)sizeof tmp - k);
+    memcpy(dst, tmp + k, sizeof tmp - k);
+    return (int)sizeof tmp - k;
+}
+
+int out_ll(Out *o, long long v) {
+    char tmp[24];
+    return out_raw(o, tmp, fmt_ll(tmp, v));
 }
 
 /* JSON string of UTF-8 bytes (quotes included). */

@@ -133,10 +133,10 @@ static int build_props(Lane *l, Send *s, const char *raw, Py_ssize_t n, int dela
      * REAL_QID set; a half message's REAL_TOPIC and REAL_QID set), then those of CLUSTER, REAL_TOPIC, REAL_QID that were not there, in that order (as the Python
      * processor inserts them into its dict) */
     char qid[24], lv[24];
-    Prop set[4] = {{"CLUSTER", 7, l->cluster, l->cluster_n}, {"REAL_TOPIC", 10, s->topic_p, s->topic_n},
-                   {"REAL_QID", 8, qid, snprintf(qid, sizeof qid, "%lld", s->answer_qid)},
-                   {"DELAY", 5, lv, snprintf(lv, sizeof lv, "%d", s->level)}};
     int nset = s->level > 0 ? 4 : s->half ? 3 : 1, seen[4] = {0, 0, 0, 0};
+    Prop set[4] = {{"CLUSTER", 7, l->cluster, l->cluster_n}, {"REAL_TOPIC", 10, s->topic_p, s->topic_n},
+                   {"REAL_QID", 8, qid, nset > 2 ? fmt_ll(qid, s->answer_qid) : 0},
+                   {"DELAY", 5, lv, nset > 3 ? fmt_ll(lv, s->level) : 0}};
     unsigned char *pp = (unsigned char *)l->props;
     Py_ssize_t pn = 0;
     for (int i = 0; i < s->np + nset; i++) {

@@ -41,15 +41,44 @@ typedef struct {
     int ext_kind;  /* V_MISSING, V_NULL or 1 = object */
     int n_ext;
     Ext ext[MAX_EXT];
-    signed char letter[26];  /* the last ext field named by one lowercase letter (SEND_MESSAGE_V2's a..m), or -1 */
+    signed char letter[26];  /* the last ext field of each send header letter a..m (index_letters), or -1 */
+    int full_names;          /* SEND_MESSAGE (10): letter[] holds the full names' fields, not one-letter keys' */
 } Hdr;
 
-/* Fill h->letter from h->ext (after a parse): find_ext answers one-letter keys without a scan. */
+/* SEND_MESSAGE (10) names the send header's fields in full, SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE by the letters
+ * a..m (SendMessageRequestHeaderV2): the letter index of a full name, or -1. */
+static inline int full_name_letter(const char *k, Py_ssize_t n) {
+#define IS(lit) (memcmp(k, lit, sizeof(lit) - 1) == 0)  /* a constant length: compiled inline */
+    switch (n) {
+        case 4: return IS("flag") ? 7 : -1;
+        case 5: return IS("topic") ? 1 : IS("batch") ? 12 : -1;
+        case 7: return IS("queueId") ? 4 : IS("sysFlag") ? 5 : -1;
+        case 8: return IS("unitMode") ? 10 : -1;
+        case 10: return IS("properties") ? 8 : -1;
+        case 12: return IS("defaultTopic") ? 2 : -1;
+        case 13: return IS("producerGroup") ? 0 : IS("bornTimestamp") ? 6 : -1;
+        case 14: return IS("reconsumeTimes") ? 9 : -1;
+        case 17: return IS("maxReconsumeTimes") ? 11 : -1;
+        case 21: return IS("defaultTopicQueueNums") ? 3 : -1;
+        default: return -1;
+    }
+#undef IS
+}
+
+/* Fill h->letter from h->ext (after a parse, h->code set): find_ext answers the send header's fields without a
+ * scan — a SEND_MESSAGE's by their full names, any other request's one-letter keys. */
 static inline void index_letters(Hdr *h) {
     memset(h->letter, -1, sizeof h->letter);
+    h->full_names = h->code_kind == V_INT && h->code == 10;
     for (int i = 0; i < h->n_ext; i++) {
         const Ext *e = &h->ext[i];
-        if (e->k.n == 1 && !e->k.esc && e->k.p[0] >= 'a' && e->k.p[0] <= 'z') h->letter[e->k.p[0] - 'a'] = (signed char)i;
+        if (e->k.esc) continue;
+        if (h->full_names) {
+            int l = full_name_letter(e->k.p, e->k.n);
+            if (l >= 0) h->letter[l] = (signed char)i;
+        } else if (e->k.n == 1 && e->k.p[0] >= 'a' && e->k.p[0] <= 'z') {
+            h->letter[e->k.p[0] - 'a'] = (signed char)i;
+        }
     }
 }
 
@@ -79,6 +108,7 @@ void out_init(Out *o);
 void out_free(Out *o);
 int out_raw(Out *o, const char *s, Py_ssize_t n);
 int out_ll(Out *o, long long v);
+int fmt_ll(char *dst, long long v);  /* v in decimal at dst (room for 21 bytes); its length */
 int out_jstr(Out *o, const char *s, Py_ssize_t n);  /* a JSON string of UTF-8 bytes, quotes included */
 int out_pystr(Out *o, PyObject *obj);                /* 1 when obj is not a plain str (caller falls back) */
 PyObject *frame_bytes(Out *o, Py_ssize_t body_len);  /* total length + header length + the JSON header */

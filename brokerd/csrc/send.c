@@ -4,8 +4,10 @@
 #include <time.h>
 
 const Ext *find_ext(const Hdr *h, const char *key, Py_ssize_t klen) {
-    if (klen == 1 && key[0] >= 'a' && key[0] <= 'z') {
-        int i = h->letter[key[0] - 'a'];
+    int l = h->full_names ? (klen > 1 ? full_name_letter(key, klen) : -1)
+                          : (klen == 1 && key[0] >= 'a' && key[0] <= 'z' ? key[0] - 'a' : -1);
+    if (l >= 0) {
+        int i = h->letter[l];
         return i < 0 ? NULL : &h->ext[i];
     }
     for (int i = h->n_ext - 1; i >= 0; i--) {  /* the last occurrence wins, as in a dict */

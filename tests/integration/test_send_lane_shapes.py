@@ -270,3 +270,28 @@ async def test_index_and_queue_entries_are_written_entry_for_entry_as_the_python
     finally:
         await a.shutdown()
         await b.shutdown()
+
+
+async def test_a_send_header_is_read_by_its_codes_field_names_only(tmp_path: Path) -> None:
+    """SEND_MESSAGE (10) is read by the full field names, SEND_MESSAGE_V2 by the letters: a field named the other
+    way is just another field (the lane indexes the names its code uses), as in the Python processor."""
+    full = {"producerGroup": "pg", "topic": TOPICS[0], "defaultTopic": "TBW102", "defaultTopicQueueNums": "4",
+            "queueId": "1", "sysFlag": "0", "bornTimestamp": "1", "flag": "0", "properties": "UNIQ_KEY\u0001F\u0002",
+            "reconsumeTimes": "0", "unitMode": "false", "batch": "false"}  # fmt: skip
+    short = dict(zip("abcdefghijkm", full.values(), strict=True))
+    frames = [encode(dataclasses.replace(request(10, {**full, "b": TOPICS[1], "e": "3"}, b"x"), opaque=1)),
+              encode(dataclasses.replace(request(310, {**short, "topic": TOPICS[1], "queueId": "3"}, b"y"), opaque=2)),
+              encode(dataclasses.replace(request(10, {"b": TOPICS[1], **full, "topic": TOPICS[1]}, b"z"), opaque=3))]
+    (a, ca, ta), (b, cb, tb) = [await start_broker(tmp_path / name, lane) for name, lane in (("a", True), ("b", False))]
+    try:
+        for conn in (ca, cb):
+            for f in frames:
+                conn.data_received(f)
+        await all_answered(ta, tb)
+        assert answers(ta) == answers(tb) and {c.code for c in ta.frames} == {0}
+        assert records(a) == records(b) and queues(a) == queues(b)
+        assert [(r[0], r[1]) for r in records(a)] == [(TOPICS[0], 1), (TOPICS[0], 1), (TOPICS[1], 1)]
+        assert a.send_lane is not None and a.send_lane.handled >= 2
+    finally:
+        await a.shutdown()
+        await b.shutdown()
