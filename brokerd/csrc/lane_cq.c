@@ -19,7 +19,7 @@ static int intern_names(void) {
     return s_files && s_base && s_size && s_reserved && s_mm && s_max_offset ? 0 : -1;
 }
 
-static int attr_ll(PyObject *o, PyObject *name, long long *v) {
+static int attr_ll_i(PyObject *o, PyObject *name, long long *v) {  /* attr_ll with an interned name */
     PyObject *a = PyObject_GetAttr(o, name);
     if (a == NULL) return -1;
     *v = PyLong_AsLongLong(a);
@@ -36,8 +36,8 @@ static int put_fast(PyObject *cq, long long qoff, long long phys, long long size
     if (PyList_Check(files) && PyList_GET_SIZE(files) > 0) {
         PyObject *f = PyList_GET_ITEM(files, PyList_GET_SIZE(files) - 1);
         long long base, fsize, reserved, max_offset;
-        if (attr_ll(f, s_base, &base) || attr_ll(f, s_size, &fsize) || attr_ll(f, s_reserved, &reserved) ||
-            attr_ll(cq, s_max_offset, &max_offset)) {
+        if (attr_ll_i(f, s_base, &base) || attr_ll_i(f, s_size, &fsize) || attr_ll_i(f, s_reserved, &reserved) ||
+            attr_ll_i(cq, s_max_offset, &max_offset)) {
             r = -1;
         } else {
             long long byte_pos = qoff * 20, pos = byte_pos - base;

@@ -35,14 +35,6 @@ static int keys_of(const Prop *keys, const Prop *uniq, Key *out) {
     return n;
 }
 
-static int get_ll(PyObject *o, const char *name, long long *v) {
-    PyObject *a = PyObject_GetAttrString(o, name);
-    if (a == NULL) return -1;
-    *v = PyLong_AsLongLong(a);
-    Py_DECREF(a);
-    return *v == -1 && PyErr_Occurred() ? -1 : 0;
-}
-
 static int get_buffer(PyObject *o, const char *name, Py_buffer *b) {
     PyObject *a = PyObject_GetAttrString(o, name);
     if (a == NULL) return -1;
@@ -58,11 +50,11 @@ static int take_file(Lane *l) {
     long long entries_pos, max_entries;
     PyObject *mf = PyObject_GetAttrString(f, "mf");
     long long reserved = 0;
-    int bad = mf == NULL || get_ll(mf, "reserved", &reserved);
+    int bad = mf == NULL || attr_ll(mf, "reserved", &reserved);
     Py_XDECREF(mf);
-    bad = bad || get_ll(f, "slots", &l->ix.slots) || get_ll(f, "max_entries", &max_entries) ||
-          get_ll(f, "entries_pos", &entries_pos) || get_ll(f, "count", &l->ix.count) ||
-          get_ll(f, "begin_ts", &l->ix.begin_ts) || get_ll(f, "begin_phy", &l->ix.begin_phy);
+    bad = bad || attr_ll(f, "slots", &l->ix.slots) || attr_ll(f, "max_entries", &max_entries) ||
+          attr_ll(f, "entries_pos", &entries_pos) || attr_ll(f, "count", &l->ix.count) ||
+          attr_ll(f, "begin_ts", &l->ix.begin_ts) || attr_ll(f, "begin_phy", &l->ix.begin_phy);
     if (bad || get_buffer(f, "slot_view", &l->ix.sv)) { Py_DECREF(f); return 0; }
     if (get_buffer(f, "ent_view", &l->ix.ev)) { PyBuffer_Release(&l->ix.sv); Py_DECREF(f); return 0; }
     long long room = (reserved - entries_pos) / 24;

@@ -123,6 +123,15 @@ PyObject *encode_head(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 
 PyObject *scan_log(PyObject *self, PyObject *args);
 PyObject *index_put(PyObject *self, PyObject *args);
+/* o.name as a C long long (0; -1 with an exception set) */
+static inline int attr_ll(PyObject *o, const char *name, long long *v) {
+    PyObject *a = PyObject_GetAttrString(o, name);
+    if (a == NULL) return -1;
+    *v = PyLong_AsLongLong(a);
+    Py_DECREF(a);
+    return *v == -1 && PyErr_Occurred() ? -1 : 0;
+}
+
 /* ---- a pull's read over one consume-queue file (pull_scan.c) */
 PyObject *scan_pull(PyObject *self, PyObject *args);
 

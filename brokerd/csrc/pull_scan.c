@@ -26,14 +26,6 @@ typedef struct {
     Py_buffer buf;
 } Log;
 
-static int attr_ll(PyObject *o, const char *name, long long *v) {
-    PyObject *a = PyObject_GetAttrString(o, name);
-    if (a == NULL) return -1;
-    *v = PyLong_AsLongLong(a);
-    Py_DECREF(a);
-    return *v == -1 && PyErr_Occurred() ? -1 : 0;
-}
-
 static void log_release(Log *g) {
     if (g->idx >= 0) PyBuffer_Release(&g->buf);
     g->idx = -1;

@@ -127,17 +127,25 @@ class PullHoldService:
         self._rerun(p)
 
     def _rerun(self, p: _Parked) -> None:
-        if p.fut.done():
-            return
         if p.timer is not None:
             p.timer.cancel()
+        res = self._execute(p)
+        if res is not None:
+            p.fut.set_result(res)
+
+    def _execute(self, p: _Parked) -> RemotingCommand | None:
+        """``p`` run again, without parking: its answer, or None when ``p`` is settled already (answered, its
+        connection closed, or failed: the connection answers the error)."""
+        if p.fut.done():
+            return None
         if not p.conn.is_open:
             p.fut.set_result(None)
-            return
+            return None
         try:
-            p.fut.set_result(self.processor.execute(p.conn, p.cmd, p.header, allow_suspend=False))
+            return self.processor.execute(p.conn, p.cmd, p.header, allow_suspend=False)
         except Exception as e:  # noqa: BLE001 - answered as an error by the connection
             p.fut.set_exception(e)
+            return None
 
     def notify(self, topic: str, queue_id: int, queue_offset: int, tags_code: int) -> None:
         """Store dispatch listener: a message landed at `queue_offset`."""
@@ -171,17 +179,10 @@ class PullHoldService:
         woken, self._woken = self._woken, []
         out: dict[Connection, list[bytes | memoryview]] = {}
         for p in woken:
-            if p.fut.done():
+            res = self._execute(p)
+            if res is None:
                 continue
-            if not p.conn.is_open:
-                p.fut.set_result(None)
-                continue
-            try:
-                res = self.processor.execute(p.conn, p.cmd, p.header, allow_suspend=False)
-            except Exception as e:  # noqa: BLE001 - answered as an error by the connection
-                p.fut.set_exception(e)
-                continue
-            if res is not None and not p.cmd.is_oneway:
+            if not p.cmd.is_oneway:
                 head, body = encode_parts(res)
                 frames = out.setdefault(p.conn, [])
                 frames.append(head)
