@@ -27,6 +27,7 @@ from tests.integration.test_send_lane import (
     send,
     start_broker,
 )
+from tests.support import DiskFault
 
 pytestmark = pytest.mark.skipif(native is None, reason="brokerd._native is not built / BROKERD_NATIVE=0")
 __all__ = ["same_generated_ids"]  # the autouse fixture: the Python path's generated UNIQ_KEYs as GENERATED
@@ -294,4 +295,29 @@ async def test_a_send_header_is_read_by_its_codes_field_names_only(tmp_path: Pat
         assert a.send_lane is not None and a.send_lane.handled >= 2
     finally:
         await a.shutdown()
+        await b.shutdown()
+
+
+async def test_the_answers_one_flush_releases_go_out_in_one_write_per_connection(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """SYNC_FLUSH: sends read one at a time while a flush is in flight are answered when the flush that covers them
+    completes, all in one write per connection (Connection.write_soon), not one write per read."""
+    b, conn, tr = await start_broker(tmp_path, True, flush_disk_type="SYNC_FLUSH")
+    writes: list[int] = []
+    real = tr.writelines
+    tr.writelines = lambda data: (writes.append(len(data)), real(data))  # type: ignore[method-assign]
+    try:
+        conn.data_received(send(1, TOPICS[0], 0, {"UNIQ_KEY": "W1"}, b"w"))  # the first segment (Python)
+        await all_answered(tr)
+        writes.clear()
+        disk = DiskFault(b.store, monkeypatch).stall()
+        for i in range(2, 22):  # 20 reads, one send each, while the disk holds the flush
+            conn.data_received(send(i, TOPICS[0], i % 4, {"UNIQ_KEY": f"W{i}"}, b"w"))
+        assert writes == [] and len(tr.frames) == 1
+        disk.release()
+        await all_answered(tr)
+        assert len(tr.frames) == 21 and {c.code for c in tr.frames} == {0}
+        assert b.send_lane is not None and b.send_lane.handled == 20
+        assert len(writes) <= 2 and sum(writes) == 20  # the flush in flight, then the one after it
+    finally:
         await b.shutdown()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +78,30 @@ async def test_syncer_reports_each_job_on_the_loop_and_closes_its_descriptors(tm
         for fd in (*fds.values(), r, w, dfd):
             with pytest.raises(OSError):
                 os.fstat(fd)
+    finally:
+        syncer.release(s)
+
+
+async def test_a_finished_job_is_reported_by_a_poll_between_reads_without_the_loop_turning(tmp_path: Path) -> None:
+    """A busy loop polls its syncers after each read (``poller()``, no syscall unless a job finished): the flush's
+    callback runs there, not only when the loop gets back to the eventfd."""
+    if native is None:
+        pytest.skip("brokerd._native is not built")
+    s = syncer.acquire("poll", 1)
+    try:
+        poll = syncer.poller()
+        poll()  # nothing finished: nothing happens
+        done: list[int] = []
+        f = tmp_path / "data"
+        f.write_bytes(b"x")
+        s.submit([], [os.open(f, os.O_RDONLY)], done.append)
+        deadline = time.monotonic() + 10
+        while not done and time.monotonic() < deadline:  # the loop never runs in here: only the polls can report
+            poll()
+            time.sleep(0.0005)  # sleep-ok: polling with a deadline, the loop deliberately not run
+        assert done == [0]
+        poll()
+        assert done == [0]  # reported once
     finally:
         syncer.release(s)
 
