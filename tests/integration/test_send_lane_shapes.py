@@ -305,7 +305,12 @@ async def test_the_answers_one_flush_releases_go_out_in_one_write_per_connection
     b, conn, tr = await start_broker(tmp_path, True, flush_disk_type="SYNC_FLUSH")
     writes: list[int] = []
     real = tr.writelines
-    tr.writelines = lambda data: (writes.append(len(data)), real(data))  # type: ignore[method-assign]
+
+    def writelines(data: list[bytes]) -> None:
+        writes.append(len(data))
+        real(data)
+
+    tr.writelines = writelines  # type: ignore[method-assign]
     try:
         conn.data_received(send(1, TOPICS[0], 0, {"UNIQ_KEY": "W1"}, b"w"))  # the first segment (Python)
         await all_answered(tr)
