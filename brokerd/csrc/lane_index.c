@@ -9,30 +9,15 @@
 
 #define MAX_KEYS 64
 
-typedef struct { const char *p; Py_ssize_t n; } Key;
+typedef struct { struct { const char *p; Py_ssize_t n; } k[MAX_KEYS]; int n; } Keys;
 
-/* The record's index keys as index_keys (send.c) lists them: KEYS split on spaces, then UNIQ_KEY unless it is one
- * of them. Their count, or -1 when there are more than MAX_KEYS or one is not valid UTF-8. */
-static int keys_of(const Prop *keys, const Prop *uniq, Key *out) {
-    int n = 0, uniq_seen = 0;
-    if (keys != NULL) {
-        const char *p = keys->v, *end = keys->v + keys->vn;
-        while (p < end) {
-            const char *sp = memchr(p, ' ', end - p);
-            if (sp == NULL) sp = end;
-            if (sp > p) {
-                if (n == MAX_KEYS || !utf8_valid((const unsigned char *)p, sp - p)) return -1;
-                if (uniq != NULL && uniq->vn == sp - p && memcmp(uniq->v, p, sp - p) == 0) uniq_seen = 1;
-                out[n++] = (Key){p, sp - p};
-            }
-            p = sp + 1;
-        }
-    }
-    if (uniq != NULL && !uniq_seen) {
-        if (n == MAX_KEYS || !utf8_valid((const unsigned char *)uniq->v, uniq->vn)) return -1;
-        out[n++] = (Key){uniq->v, uniq->vn};
-    }
-    return n;
+/* each_index_key's callback: the key into ks, unless there are MAX_KEYS already or it is not valid UTF-8 (1). */
+static int collect(void *ctx, const char *p, Py_ssize_t n) {
+    Keys *ks = ctx;
+    if (ks->n == MAX_KEYS || !utf8_valid((const unsigned char *)p, n)) return 1;
+    ks->k[ks->n].p = p;
+    ks->k[ks->n++].n = n;
+    return 0;
 }
 
 static int get_buffer(PyObject *o, const char *name, Py_buffer *b) {
@@ -107,8 +92,8 @@ static int python_put(Lane *l, PyObject *topic, const Prop *keys, const Prop *un
 }
 
 int lane_index_put(Lane *l, PyObject *topic, const Prop *keys, const Prop *uniq, long long phys, long long ts) {
-    Key ks[MAX_KEYS];
-    int nk = keys_of(keys, uniq, ks);
+    Keys ks = {.n = 0};
+    int nk = each_index_key(keys, uniq, collect, &ks) ? -1 : ks.n;
     if (nk == 0) return python_put(l, topic, keys, uniq, phys, ts);  /* as put_keys does with no keys */
     if (nk < 0 || l->index_current == NULL || (l->ix.file == NULL && !take_file(l))) {
         if (PyErr_Occurred()) return -1;
@@ -124,7 +109,7 @@ int lane_index_put(Lane *l, PyObject *topic, const Prop *keys, const Prop *uniq,
     long long n = l->ix.count;
     if (n == 1) { l->ix.begin_ts = ts; l->ix.begin_phy = phys; }
     for (int k = 0; k < nk; k++, n++) {
-        uint32_t h = crc32_update(seed, (const unsigned char *)ks[k].p, ks[k].n);
+        uint32_t h = crc32_update(seed, (const unsigned char *)ks.k[k].p, ks.k[k].n);
         uint32_t s = (uint32_t)(h % (uint64_t)l->ix.slots);
         uint32_t prev = slot[s];
         ent[n * 3] = ((uint64_t)h << 32) | (uint64_t)((long long)prev < n ? prev : 0);

@@ -88,10 +88,8 @@ static int append_str(PyObject *lst, const char *p, Py_ssize_t n) {
     return rc;
 }
 
-PyObject *index_keys(const Prop *keys, const Prop *uniq) {
-    PyObject *lst = PyList_New(0);
-    if (lst == NULL) return NULL;
-    int uniq_seen = 0;
+int each_index_key(const Prop *keys, const Prop *uniq, KeyFn fn, void *ctx) {
+    int uniq_seen = 0, r;
     if (keys != NULL) {
         const char *p = keys->v, *end = keys->v + keys->vn;
         while (p < end) {
@@ -99,12 +97,19 @@ PyObject *index_keys(const Prop *keys, const Prop *uniq) {
             if (sp == NULL) sp = end;
             if (sp > p) {
                 if (uniq != NULL && uniq->vn == sp - p && memcmp(uniq->v, p, sp - p) == 0) uniq_seen = 1;
-                if (append_str(lst, p, sp - p) < 0) { Py_DECREF(lst); return NULL; }
+                if ((r = fn(ctx, p, sp - p)) != 0) return r;
             }
             p = sp + 1;
         }
     }
-    if (uniq != NULL && !uniq_seen && append_str(lst, uniq->v, uniq->vn) < 0) { Py_DECREF(lst); return NULL; }
+    return uniq != NULL && !uniq_seen ? fn(ctx, uniq->v, uniq->vn) : 0;
+}
+
+static int append_key(void *lst, const char *p, Py_ssize_t n) { return append_str(lst, p, n) < 0 ? -1 : 0; }
+
+PyObject *index_keys(const Prop *keys, const Prop *uniq) {
+    PyObject *lst = PyList_New(0);
+    if (lst != NULL && each_index_key(keys, uniq, append_key, lst)) Py_CLEAR(lst);
     return lst;
 }
 

@@ -20,6 +20,10 @@ int ext_int(const Hdr *h, const char *key, long long dflt, long long *out);
 int parse_props(const char *s, Py_ssize_t n, Prop *out);
 const Prop *prop(const Prop *ps, int n, const char *k, Py_ssize_t kn);
 /* Index keys: KEYS split on spaces (non-empty) + UNIQ_KEY when not among them (a new list). */
+/* The record's key-index keys (KEYS split on spaces, then UNIQ_KEY unless it is one of them), each handed to
+ * fn(ctx, key, length); a non-zero return stops the walk and is returned. index_keys: them as a list of str. */
+typedef int (*KeyFn)(void *ctx, const char *p, Py_ssize_t n);
+int each_index_key(const Prop *keys, const Prop *uniq, KeyFn fn, void *ctx);
 PyObject *index_keys(const Prop *keys, const Prop *uniq);
 /* Java String.hashCode of valid UTF-8 (over UTF-16 code units): the consume-queue tags code. */
 int32_t java_hash(const unsigned char *s, Py_ssize_t n);
