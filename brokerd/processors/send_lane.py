@@ -388,9 +388,9 @@ class SendLane:
         def done(status: PutStatus) -> None:
             self.admission.answered(waiting)
             self.flow.poke()
+            self._write_answers(conn, answers, status)  # queued before a broker being removed learns they are done
             conn.inflight.discard(pending)
             pending.set_result(None)
-            self._write_answers(conn, answers, status)
 
         conn.inflight.add(pending)  # a broker being removed finishes these requests first
         now = self.broker.acks.when_acked(end, done)

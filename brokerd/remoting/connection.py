@@ -365,4 +365,6 @@ class Connection(asyncio.Protocol):
 
     def close(self) -> None:
         if self.transport is not None and not self.transport.is_closing():
+            if self._later:  # answers queued by write_soon go out first (the transport sends them before closing)
+                self.flush_soon()
             self.transport.close()

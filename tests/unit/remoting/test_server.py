@@ -194,3 +194,25 @@ async def test_tests_run_on_uvloop_like_the_daemons() -> None:
     import uvloop
 
     assert isinstance(asyncio.get_running_loop(), uvloop.Loop)
+
+
+async def test_answers_queued_to_go_out_soon_are_sent_before_the_connection_closes() -> None:
+    """``write_soon`` queues answers for one write per connection; a connection closed before that write (a broker
+    being removed) sends them first."""
+    d = Dispatcher("soon")
+
+    def later(conn: Connection, cmd: RemotingCommand) -> None:
+        def answer_then_close() -> None:  # outside any read: the queued frames would go out at the next loop turn
+            conn.write_soon([encode(cmd.response(ext={"late": "1"}))])
+            conn.close()
+
+        asyncio.get_running_loop().call_soon(answer_then_close)
+
+    d.register(7, later)
+    srv = RemotingServer(d, host="127.0.0.1", port=0)
+    await srv.start()
+    try:
+        got = await raw_exchange(srv.port, encode(dataclasses.replace(request(7, {}), opaque=42)), 1)
+        assert [(c.opaque, c.ext.get("late")) for c in got] == [(42, "1")]
+    finally:
+        await srv.stop(grace=1)
