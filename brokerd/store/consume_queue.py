@@ -166,18 +166,9 @@ class ConsumeQueue:
                 return f
         return None
 
-    def iter_from(self, offset: int, end: int) -> Iterator[tuple[int, int, int, int]] | None:
-        """Iterate (queue offset, phys, size, tags) over [offset, end); None when the first file is missing."""
-        first = self._file_for_read(offset)
-        if first is None:
-            return None
-        return self._iter(offset, end)
-
-    def _iter(self, offset: int, end: int) -> Iterator[tuple[int, int, int, int]]:
-        for q, chunk in self.chunks(offset, end):
-            for phys, size, tags in ENTRY.iter_unpack(chunk):
-                yield q, phys, size, tags
-                q += 1
+    def has_file_for(self, offset: int) -> bool:
+        """The file that holds ``offset`` exists (a reader past the end of a missing one rolls to the next file)."""
+        return self._file_for_read(offset) is not None
 
     def chunks(self, offset: int, end: int) -> Iterator[tuple[int, bytes]]:
         """The entries [offset, min(end, max_offset)) as (first queue offset, bytes), one piece per file; it ends at a

@@ -58,15 +58,12 @@ def get_message(
 
 @dataclass(slots=True)
 class _Scan:
-    """A pull's read in progress: its limits and what it found so far (``_step``; native ``scan_pull`` keeps the
-    last five in ``state``)."""
+    """A pull's read in progress: what it may read and what it found so far (``_step``; native ``scan_pull`` takes
+    the same ``limits`` and ``state``)."""
 
-    offset: int
-    filter_bytes: int
-    max_msg_nums: int
-    max_msg_bytes: int
-    max_mem_bytes: int
-    max_count: int
+    limits: tuple[int, int, int, int, int, int]  # offset, filter bytes, max msgs, max bytes, max mem bytes, max count
+    tag_filter: Callable[[int], bool] | None
+    record_filter: Callable[[bytes], bool] | None
     res: GetMessageResult
     state: list[int]  # total, count, next_begin, status (_STATUS index), next_phy_file_start
 
@@ -91,52 +88,56 @@ def _scan(
 ) -> None:
     filter_bytes = min(max(_MIN_FILTER_BYTES, max_msg_nums * CQ_UNIT_SIZE), _MAX_FILTER_BYTES)
     scan_end = min(max_o, offset + filter_bytes // CQ_UNIT_SIZE + 1)
-    if cq.iter_from(offset, scan_end) is None:
+    if not cq.has_file_for(offset):
         res.status, res.next_begin_offset = GetMessageStatus.OFFSET_FOUND_NULL, cq.roll_next_file(offset)
         return
-    st = _Scan(offset, filter_bytes, max_msg_nums, max_msg_bytes, cfg.max_transfer_bytes_on_message_in_memory,
-               cfg.max_transfer_count_on_message_in_memory, res, [0, 0, offset, 0, -1])  # fmt: skip
-    native_scan = SCAN_PULL if record_filter is None else None
-    limits = (offset, filter_bytes, max_msg_nums, max_msg_bytes, st.max_mem_bytes, st.max_count)
+    st = _Scan((offset, filter_bytes, max_msg_nums, max_msg_bytes, cfg.max_transfer_bytes_on_message_in_memory,
+                cfg.max_transfer_count_on_message_in_memory), tag_filter, record_filter, res, [0, 0, offset, 0, -1])  # fmt: skip
     for q0, chunk in cq.chunks(offset, scan_end):
-        i, n = 0, len(chunk) // CQ_UNIT_SIZE
-        while i < n:
-            if native_scan is not None:
-                i, stopped = native_scan(chunk, q0, i, st.state, limits, tag_filter, log.files, log.segment_size,
-                                         res.buffers, res.queue_offsets)  # fmt: skip
-                if stopped:
-                    break
-                if i >= n:
-                    continue
-            phys, size, tags = ENTRY.unpack_from(chunk, i * CQ_UNIT_SIZE)
-            if not _step(log, st, q0 + i, phys, size, tags, tag_filter, record_filter):
-                break
-            i += 1
-        else:
-            continue
-        break
+        if not _scan_chunk(log, st, q0, chunk):
+            break
     total, count, res.next_begin_offset, status, _ = st.state
     res.status = _STATUS[status]
     res.message_count = count
     res.buffer_total_size = total
 
 
-def _step(log: CommitLog, st: _Scan, qoff: int, phys: int, size: int, tags: int,
-          tag_filter: Callable[[int], bool] | None, record_filter: Callable[[bytes], bool] | None) -> bool:  # fmt: skip
+def _scan_chunk(log: CommitLog, st: _Scan, q0: int, chunk: bytes) -> bool:
+    """The entries of one consume-queue file (the first at queue offset ``q0``): in C while it can, an entry it
+    hands back by ``_step``; False once a limit ends the read."""
+    native_scan = SCAN_PULL if st.record_filter is None else None
+    i, n = 0, len(chunk) // CQ_UNIT_SIZE
+    while i < n:
+        if native_scan is not None:
+            i, stopped = native_scan(chunk, q0, i, st.state, st.limits, st.tag_filter, log.files, log.segment_size,
+                                     st.res.buffers, st.res.queue_offsets)  # fmt: skip
+            if stopped:
+                return False
+            if i >= n:
+                return True
+        phys, size, tags = ENTRY.unpack_from(chunk, i * CQ_UNIT_SIZE)
+        if not _step(log, st, q0 + i, phys, size, tags):
+            return False
+        i += 1
+    return True
+
+
+def _step(log: CommitLog, st: _Scan, qoff: int, phys: int, size: int, tags: int) -> bool:
     """One consume-queue entry of a pull's read: False when the read ends before it (a limit reached)."""
+    offset, filter_bytes, max_msg_nums, max_msg_bytes, max_mem_bytes, max_count = st.limits
     state = st.state
     total, count, _, _, next_phy_file_start = state
-    if (qoff - st.offset) * CQ_UNIT_SIZE > st.filter_bytes:
+    if (qoff - offset) * CQ_UNIT_SIZE > filter_bytes:
         return False
     if total and count and (
-        count + 1 > st.max_msg_nums or total + size > st.max_msg_bytes or total + size > st.max_mem_bytes
-        or count > st.max_count - 1
+        count + 1 > max_msg_nums or total + size > max_msg_bytes or total + size > max_mem_bytes
+        or count > max_count - 1
     ):  # fmt: skip
         return False
     state[2] = qoff + 1
     if size <= 0 or phys < next_phy_file_start:
         return True
-    if tag_filter is not None and not tag_filter(tags):
+    if st.tag_filter is not None and not st.tag_filter(tags):
         if not total:
             state[3] = 0
         return True
@@ -146,7 +147,7 @@ def _step(log: CommitLog, st: _Scan, qoff: int, phys: int, size: int, tags: int,
             state[3] = 2
         state[4] = log.roll_next_file(phys)
         return True
-    if record_filter is not None and not record_filter(data):
+    if st.record_filter is not None and not st.record_filter(data):
         if not total:
             state[3] = 0
         return True
