@@ -219,10 +219,7 @@ class HAMaster:
         if self.conns:
             return False
         if not self.fenced:
-            confirm = self._compute_confirm()
-            if confirm != self.confirm or self.log.confirm_offset != confirm:
-                self.confirm = confirm
-                self.log.set_confirm_offset(confirm)
+            self._update_confirm()
         return True
 
     def on_local_append(self, now_ms: int) -> list[Action]:
@@ -430,13 +427,16 @@ class HAMaster:
             return min(self.confirm, mx)  # a member has no connection or has not reported yet: keep
         return min(mx, *acks.values())
 
-    def _recompute(self) -> list[Action]:
-        if self.fenced:
-            return []
+    def _update_confirm(self) -> None:
         confirm = self._compute_confirm()
         if confirm != self.confirm or self.log.confirm_offset != confirm:
             self.confirm = confirm
             self.log.set_confirm_offset(confirm)
+
+    def _recompute(self) -> list[Action]:
+        if self.fenced:
+            return []
+        self._update_confirm()
         prog = self.progress()
         if prog == self.last_progress:
             return []
