@@ -45,6 +45,10 @@ class LaneCounter(Protocol):
         """ACL on: sends the lane left to the Python path, by reason."""
         ...
 
+    def header_cache(self) -> tuple[int, int]:
+        """JSON headers parsed by their differences from a cached one (hits), and in full (misses)."""
+        ...
+
     @property
     def fallbacks(self) -> Mapping[str, int]:
         """Sends the Python processor took, by reason."""

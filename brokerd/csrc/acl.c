@@ -56,7 +56,7 @@ static int is_key(const Ext *e, const char *k, Py_ssize_t n) { return e->k.n == 
 /* The signed field values (sorted by key) into a new bytes object, the body not included; NULL with no
  * exception: Python decides. */
 static PyObject *signed_values(const Send *s) {
-    const Hdr *h = &s->h;
+    const Hdr *h = s->h;
     const Ext *order[MAX_EXT];
     int n = 0;
     Py_ssize_t cap = 0;
@@ -145,7 +145,7 @@ static void base64_20(const unsigned char *in, char *out) {
 }
 
 int lane_acl_ok(Lane *l, const Send *s) {
-    const Hdr *h = &s->h;
+    const Hdr *h = s->h;
     const Ext *ak = find_ext(h, "AccessKey", 9), *sg = find_ext(h, "Signature", 9);
     if (ak == NULL || ak->kind != V_STR || ak->s.esc || ak->s.n == 0) { l->acl_miss[ACL_NO_KEY]++; return 0; }
     if (sg == NULL || sg->kind != V_STR || sg->s.esc || sg->s.n != 28) { l->acl_miss[ACL_BAD_SIG]++; return 0; }

@@ -85,12 +85,19 @@ int parse_int(Cur *c, long long *out) {
     return 0;
 }
 
-/* A scalar value: string, integer, true, false, null. Sets *kind. 0 ok, 1 unsupported. */
+/* A scalar value: string, integer, true, false, null. Sets *kind; *s: a string's content, an integer's digits (sign
+ * included). 0 ok, 1 unsupported. */
 static int parse_scalar(Cur *c, int *kind, Str *s, long long *i) {
     if (c->p >= c->end) return 1;
     char ch = *c->p;
     if (ch == '"') { *kind = V_STR; return parse_str(c, s); }
-    if (ch == '-' || (ch >= '0' && ch <= '9')) { *kind = V_INT; return parse_int(c, i); }
+    s->p = c->p; s->n = 0; s->esc = 0;
+    if (ch == '-' || (ch >= '0' && ch <= '9')) {
+        *kind = V_INT;
+        if (parse_int(c, i)) return 1;
+        s->n = c->p - s->p;
+        return 0;
+    }
     if (c->end - c->p >= 4 && memcmp(c->p, "true", 4) == 0) { *kind = V_TRUE; c->p += 4; return 0; }
     if (c->end - c->p >= 5 && memcmp(c->p, "false", 5) == 0) { *kind = V_FALSE; c->p += 5; return 0; }
     if (c->end - c->p >= 4 && memcmp(c->p, "null", 4) == 0) { *kind = V_NULL; c->p += 4; return 0; }
@@ -101,7 +108,15 @@ static inline int key_is(const Str *k, const char *lit, Py_ssize_t n) {
     return !k->esc && k->n == n && memcmp(k->p, lit, n) == 0;
 }
 
-static int parse_ext(Cur *c, Hdr *h) {
+/* A string or integer value's span recorded for the header cache (hcache.c), when toks is set. */
+static inline void record(Toks *toks, const char *base, const Str *s, int kind, int target) {
+    if (toks == NULL || (kind != V_STR && kind != V_INT)) return;
+    if (toks->n == HC_TOKS) { toks->over = 1; return; }
+    toks->t[toks->n++] = (Tok){(uint16_t)(s->p - base), (uint16_t)(s->p - base + s->n), (signed char)kind,
+                               (short)target};
+}
+
+static int parse_ext(Cur *c, Hdr *h, const char *base, Toks *toks) {
     c->p++;  /* '{' */
     ws(c);
     if (c->p < c->end && *c->p == '}') { c->p++; return 0; }
@@ -115,6 +130,7 @@ static int parse_ext(Cur *c, Hdr *h) {
         c->p++;
         ws(c);
         if (parse_scalar(c, &e->kind, &e->s, &e->i)) return 1;
+        record(toks, base, &e->s, e->kind, h->n_ext);
         h->n_ext++;
         ws(c);
         if (c->p < c->end && *c->p == ',') { c->p++; continue; }
@@ -136,8 +152,11 @@ static int ascii_only(const unsigned char *s, Py_ssize_t n) {
     return 1;
 }
 
-int parse_header(const char *p, Py_ssize_t n, Hdr *h) {
+int parse_header(const char *p, Py_ssize_t n, Hdr *h) { return parse_header_toks(p, n, h, NULL); }
+
+int parse_header_toks(const char *p, Py_ssize_t n, Hdr *h, Toks *toks) {
     Cur c = {p, p + n};
+    int seen = 0;  /* the top-level fields recorded (a repeated one: the last wins, not cached) */
     h->code_kind = h->opaque_kind = h->flag_kind = h->version_kind = V_MISSING;
     h->lang_kind = h->remark_kind = h->ext_kind = V_MISSING;
     h->n_ext = 0;
@@ -156,22 +175,28 @@ int parse_header(const char *p, Py_ssize_t n, Hdr *h) {
         ws(&c);
         if (key_is(&k, "extFields", 9) && c.p < c.end && *c.p == '{') {
             if (h->ext_kind == 1) return 1;  /* a repeated object: let orjson decide */
-            if (parse_ext(&c, h)) return 1;
+            if (parse_ext(&c, h, p, toks)) return 1;
             h->ext_kind = 1;
         } else {
             int kind; Str s; long long i;
             if (parse_scalar(&c, &kind, &s, &i)) return 1;
-            if (key_is(&k, "code", 4)) { h->code_kind = kind; h->code = i; }
-            else if (key_is(&k, "opaque", 6)) { h->opaque_kind = kind; h->opaque = i; }
-            else if (key_is(&k, "flag", 4)) { h->flag_kind = kind; h->flag = i; }
-            else if (key_is(&k, "version", 7)) { h->version_kind = kind; h->version = i; }
-            else if (key_is(&k, "language", 8)) { h->lang_kind = kind; h->lang = s; h->lang_i = i; }
-            else if (key_is(&k, "remark", 6)) { h->remark_kind = kind; h->remark = s; }
+            int target = T_NONE;
+            if (key_is(&k, "code", 4)) { h->code_kind = kind; h->code = i; target = T_CODE; }
+            else if (key_is(&k, "opaque", 6)) { h->opaque_kind = kind; h->opaque = i; target = T_OPAQUE; }
+            else if (key_is(&k, "flag", 4)) { h->flag_kind = kind; h->flag = i; target = T_FLAG; }
+            else if (key_is(&k, "version", 7)) { h->version_kind = kind; h->version = i; target = T_VERSION; }
+            else if (key_is(&k, "language", 8)) { h->lang_kind = kind; h->lang = s; h->lang_i = i; target = T_LANG; }
+            else if (key_is(&k, "remark", 6)) { h->remark_kind = kind; h->remark = s; target = T_REMARK; }
             else if (key_is(&k, "extFields", 9)) {
                 if (kind != V_NULL || h->ext_kind == 1) return 1;
                 h->ext_kind = V_NULL;
             }
             else if (k.esc) return 1;  /* an escaped key might spell one of ours */
+            if (toks != NULL && target != T_NONE) {
+                if (seen & 1 << -target) toks->over = 1;
+                seen |= 1 << -target;
+                if (target != T_CODE) record(toks, p, &s, kind, target);  /* a new code is a new layout */
+            }
         }
         ws(&c);
         if (c.p < c.end && *c.p == ',') { c.p++; continue; }
@@ -253,15 +278,36 @@ Py_ssize_t unescape(const Str *s, char *out) {
     }
     const char *p = s->p, *end = s->p + s->n;
     char *o = out;
-    const char *run = p;
     while (p < end) {
-        const char *bs = memchr(p, '\\', (size_t)(end - p));
-        if (bs == NULL) { p = end; break; }
-        p = bs;
-        memcpy(o, run, p - run); o += p - run;
+        /* plain bytes up to the next backslash, 8 at a time (runs between escapes are short: no memchr call) */
+        while (end - p >= 8) {
+            uint64_t w, b;
+            memcpy(&w, p, 8);
+            memcpy(o, p, 8);
+            b = w ^ 0x5C5C5C5C5C5C5C5CULL;
+            b = (b - 0x0101010101010101ULL) & ~b & 0x8080808080808080ULL;
+            if (b) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+                Py_ssize_t k = __builtin_ctzll(b) >> 3;  /* the lowest flagged byte is the first backslash */
+#else
+                Py_ssize_t k = 0;
+                while (p[k] != '\\') k++;
+#endif
+                p += k; o += k;
+                goto escape;
+            }
+            p += 8; o += 8;
+        }
+        while (p < end && *p != '\\') *o++ = *p++;
+        if (p == end) break;
+    escape:
         if (p + 1 >= end) return -1;
         char e = p[1];
         p += 2;
+        if (e == 'u' && end - p >= 4 && p[0] == '0' && p[1] == '0' && p[2] >= '0' && p[2] <= '7') {
+            unsigned lo = HEXV[(unsigned char)p[3]];  /* \u00XX below 0x80 (the properties' separators): one byte */
+            if (lo) { *o++ = (char)((p[2] - '0') << 4 | (lo - 1)); p += 4; continue; }
+        }
         switch (e) {
             case '"': *o++ = '"'; break;
             case '\\': *o++ = '\\'; break;
@@ -287,9 +333,7 @@ Py_ssize_t unescape(const Str *s, char *out) {
             }
             default: return -1;
         }
-        run = p;
     }
-    memcpy(o, run, end - run); o += end - run;
     return o - out;
 }
 

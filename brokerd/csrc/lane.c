@@ -271,6 +271,7 @@ static PyObject *Lane_get(Lane *l, void *which) {
         case 6: return PyLong_FromSsize_t(l->pos);
         case 7: return PyLong_FromLong(l->why);
         case 8: return PyLong_FromLongLong(l->refused);
+        case 9: return Py_BuildValue("(LL)", l->hc.hits, l->hc.misses);
         default: return PyLong_FromSsize_t(PyDict_GET_SIZE(l->topics));
     }
 }
@@ -286,6 +287,8 @@ static PyGetSetDef Lane_getset[] = {
     {"why", (getter)Lane_get, NULL, "why the last run left the frame it stopped at to Python (an index into "
      "send_lane.FALLBACK_REASONS)", (void *)7},
     {"refused", (getter)Lane_get, NULL, "sends the last run answered SYSTEM_BUSY (run with busy)", (void *)8},
+    {"header_cache", (getter)Lane_get, NULL, "(hits, misses): JSON headers parsed by their differences from a cached "
+     "one of the same length, and the others (hcache.c)", (void *)9},
     {"sync", (getter)Lane_get_sync, (setter)Lane_set_sync, "SYNC_FLUSH: WAIT=false sends go to Python", NULL},
     {"resolver", (getter)Lane_get_resolver, (setter)Lane_set_resolver,
      "resolver(topic, default_topic, default_queue_nums, queue_id, batch) -> entry or None: asked once for a send "

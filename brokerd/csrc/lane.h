@@ -71,6 +71,7 @@ typedef struct {
     PyObject *acl, *acl_key;
     unsigned char acl_pads[512];
     long long acl_miss[4];
+    HCache hc;              /* the JSON headers of recent sends (hcache.c) */
     /* one-entry topic cache */
     char last_topic[256]; Py_ssize_t last_topic_n; PyObject *last_entry; PyObject *last_topic_obj;
     char scratch[SCRATCH];
@@ -79,7 +80,8 @@ typedef struct {
 
 /* One common-case send, parsed: what the record, the dispatch and the answer need. */
 typedef struct {
-    Hdr h;
+    const Hdr *h;        /* the request header's parse: &own, or the header cache's (hcache.c) */
+    Hdr own;
     long long qid, sys_flag, born_ts, flag, reconsume;
     long long default_qnums;  /* defaultTopicQueueNums (a new topic's queues) */
     long long max_reconsume;  /* maxReconsumeTimes (used when has_max: present and header version >= 121) */
@@ -107,8 +109,6 @@ enum { WHY_NONE, WHY_HEADER, WHY_NOT_SEND, WHY_ONEWAY, WHY_BATCH, WHY_FIELDS, WH
        WHY_PROPERTIES, WHY_DELAY, WHY_WAIT_FALSE, WHY_SIZE, WHY_ACL };
 
 #define PYTHON(reason) do { l->why = (reason); return 0; } while (0)  /* leave the frame to Python, for `reason` */
-#define V2(h) ((h)->code != 10)  /* 310 and 320 name their fields a..m, 10 in full */
-#define F(h, short_name, long_name) (V2(h) ? (short_name) : (long_name))
 
 enum { STOP_END = 0, STOP_FRAME = 1, STOP_ROLL = 2, STOP_ERROR = 3, STOP_WRITE_FAILED = 4 };
 

@@ -23,23 +23,21 @@ static int is_batch(const Ext *e) {
 
 /* The numeric and flag fields; 0 ok, else why Python takes the send (WHY_*). */
 static int send_fields(Send *s) {
-    const Hdr *h = &s->h;
-    int v2 = V2(h);
-    const Ext *be = find_ext(h, F(h, "m", "batch"), v2 ? 1 : 5);
+    const Hdr *h = s->h;
+    const Ext *be = send_field(h, 'm');  /* batch */
     int absent = be == NULL || be->kind == V_NULL || (be->kind == V_STR && be->s.n == 0);
     if (!absent && be->kind == V_STR && be->s.esc) return WHY_BATCH;
     s->batch = absent ? h->code == 320 : is_batch(be);  /* as parse_send_header reads it */
-    if (ext_int(h, F(h, "e", "queueId"), -1, &s->qid) || ext_int(h, F(h, "f", "sysFlag"), 0, &s->sys_flag) ||
-        ext_int(h, F(h, "g", "bornTimestamp"), 0, &s->born_ts) || ext_int(h, F(h, "h", "flag"), 0, &s->flag) ||
-        ext_int(h, F(h, "j", "reconsumeTimes"), 0, &s->reconsume) ||
-        ext_int(h, F(h, "d", "defaultTopicQueueNums"), 4, &s->default_qnums))
+    if (field_int(h, 'e', -1, &s->qid) || field_int(h, 'f', 0, &s->sys_flag) ||  /* queueId, sysFlag */
+        field_int(h, 'g', 0, &s->born_ts) || field_int(h, 'h', 0, &s->flag) ||  /* bornTimestamp, flag */
+        field_int(h, 'j', 0, &s->reconsume) || field_int(h, 'd', 4, &s->default_qnums))  /* reconsumeTimes, dTQN */
         return WHY_FIELDS;
     /* maxReconsumeTimes: read (and a bad one refused) only from version 121 on, as parse_send_header reads it */
-    const Ext *me = find_ext(h, F(h, "l", "maxReconsumeTimes"), v2 ? 1 : 17);
+    const Ext *me = send_field(h, 'l');  /* maxReconsumeTimes */
     s->has_max = (h->version_kind ? h->version : 0) >= 121 && me != NULL && me->kind != V_NULL &&
                  !(me->kind == V_STR && me->s.n == 0);
-    if (s->has_max && ext_int(h, F(h, "l", "maxReconsumeTimes"), 16, &s->max_reconsume)) return WHY_FIELDS;
-    s->half = (s->sys_flag & 0xC) != 0;  /* prepared: a half message (build_props checks TRAN_MSG) */
+    if (s->has_max && field_int(h, 'l', 16, &s->max_reconsume)) return WHY_FIELDS;
+    s->half = (s->sys_flag & 0xC) != 0;  /* prepared: a half message (stored_props checks TRAN_MSG) */
     if ((s->sys_flag & 0xC) != 0 && ((s->sys_flag & 0xC) != 0x4 || s->batch)) return WHY_TRANSACTION;
     if (s->sys_flag < INT32_MIN || s->sys_flag > INT32_MAX || s->flag < INT32_MIN ||
         s->flag > INT32_MAX || s->reconsume < INT32_MIN || s->reconsume > INT32_MAX)
@@ -91,24 +89,28 @@ static int delay_level(Lane *l, Send *s, const Prop *d) {
     return 0;
 }
 
-static int build_props(Lane *l, Send *s, const char *raw, Py_ssize_t n, int delay, int wait_check);
+static int stored_props(Lane *l, Send *s, int delay, int wait_check);
 
-/* The properties (unescaped into l->scratch, parsed into s->ps) and the stored form (l->props: the pairs in
- * order, a generated UNIQ_KEY after them when there was none, CLUSTER set); 0 ok, else WHY_*. */
+/* The properties (parsed into s->ps from the header's bytes; with escapes other than the separators' unescaped into
+ * l->scratch first) and the stored form (l->props: the pairs in order, a generated UNIQ_KEY after them when there
+ * was none, CLUSTER set); 0 ok, else WHY_*. */
 static int send_props(Lane *l, Send *s) {
-    const Hdr *h = &s->h;
-    const Ext *pe = find_ext(h, F(h, "i", "properties"), V2(h) ? 1 : 10);
-    Py_ssize_t sn = 0;
+    const Ext *pe = send_field(s->h, 'i');  /* properties */
+    s->np = 0;
     if (pe != NULL && pe->kind == V_STR) {
-        if (pe->s.n > SCRATCH || (sn = unescape(&pe->s, l->scratch)) < 0) return WHY_PROPERTIES;
+        if (!pe->s.esc) s->np = parse_props(pe->s.p, pe->s.n, s->ps);
+        else if ((s->np = parse_props_json(pe->s.p, pe->s.n, s->ps)) == -2) {
+            Py_ssize_t sn;
+            if (pe->s.n > SCRATCH || (sn = unescape(&pe->s, l->scratch)) < 0) return WHY_PROPERTIES;
+            s->np = parse_props(l->scratch, sn, s->ps);
+        }
     } else if (pe != NULL && pe->kind != V_NULL) return WHY_PROPERTIES;
-    return build_props(l, s, l->scratch, sn, 1, 1);
+    return stored_props(l, s, 1, 1);
 }
 
-/* Properties `raw` parsed into s->ps and stored into l->props (with `delay`: a DELAY level re-targets the send;
- * with `wait`: a WAIT=false send on a SYNC_FLUSH store is left to Python); 0 ok, else WHY_*. */
-static int build_props(Lane *l, Send *s, const char *raw, Py_ssize_t n, int delay, int wait_check) {
-    s->np = parse_props(raw, n, s->ps);
+/* Properties s->ps (s->np of them, -1: too many) checked and stored into l->props (with `delay`: a DELAY level
+ * re-targets the send; with `wait`: a WAIT=false send on a SYNC_FLUSH store is left to Python); 0 ok, else WHY_*. */
+static int stored_props(Lane *l, Send *s, int delay, int wait_check) {
     if (s->np < 0) return WHY_PROPERTIES;
     s->level = 0;
     if (s->half) {  /* as is_half_request: TRAN_MSG=true on a single send; no delay for it (apply_delay) */
@@ -170,9 +172,11 @@ static int parse_send(Lane *l, const unsigned char *b, Py_ssize_t total, Send *s
     Py_ssize_t hlen = word & 0xFFFFFF;
     uint32_t stype = word >> 24;  /* 0 JSON, 1 ROCKETMQ binary */
     if (stype > 1 || 4 + hlen > total) PYTHON(WHY_HEADER);
-    Hdr *h = &s->h;
-    if (stype ? parse_binary_header((const char *)b + 8, hlen, h) : parse_header((const char *)b + 8, hlen, h))
-        PYTHON(WHY_HEADER);
+    const char *hp = (const char *)b + 8;
+    if (stype) s->h = parse_binary_header(hp, hlen, &s->own) ? NULL : &s->own;
+    else s->h = parse_header_cached(&l->hc, hp, hlen, &s->own);
+    if (s->h == NULL) PYTHON(WHY_HEADER);
+    const Hdr *h = s->h;
     if (h->code != 310 && h->code != 10 && h->code != 320) PYTHON(WHY_NOT_SEND);
     if (h->flag_kind && h->flag != 0) PYTHON(WHY_ONEWAY);
     if (h->ext_kind != 1) PYTHON(WHY_HEADER);
@@ -285,7 +289,7 @@ static PyObject *answer(Lane *l, const Send *s, long long qoff, const char *ids,
     rc |= out_raw(&o, l->region, l->region_n);
     rc |= l->trace_on ? OUT_LIT(&o, ",\"TRACE_ON\":\"true\"}") : OUT_LIT(&o, ",\"TRACE_ON\":\"false\"}");
     rc |= OUT_LIT(&o, ",\"flag\":1,\"language\":\"JAVA\",\"opaque\":");
-    rc |= out_ll(&o, s->h.opaque_kind ? s->h.opaque : 0);
+    rc |= out_ll(&o, s->h->opaque_kind ? s->h->opaque : 0);
     rc |= OUT_LIT(&o, ",\"serializeTypeCurrentRPC\":\"JSON\",\"version\":479}");
     PyObject *fb = rc ? NULL : frame_bytes(&o, 0);
     out_free(&o);
@@ -376,7 +380,8 @@ static int batch_entry(Lane *l, Send *s, const unsigned char *p, Py_ssize_t n, P
     if (plen < 0 || bpos + blen + 2 + plen != at + size) return WHY_BATCH;
     const unsigned char *raw = p + bpos + blen + 2;
     if (!utf8_valid(raw, plen)) return WHY_PROPERTIES;  /* Python decodes it with replacement characters */
-    int why = build_props(l, s, (const char *)raw, plen, 0, first);
+    s->np = parse_props((const char *)raw, plen, s->ps);
+    int why = stored_props(l, s, 0, first);
     if (why) return why;
     s->flag = flag;
     s->body = (const char *)p + bpos;

@@ -34,8 +34,8 @@ int lane_check_entry(PyObject *entry) {
  * clear the table and the cache (metadata hooks): nothing borrowed from them is held across it. */
 static PyObject *resolve_topic(Lane *l, const Send *s, PyObject *topic) {
     if (l->resolve == NULL || l->acl != NULL) return NULL;
-    const Hdr *h = &s->h;
-    const Ext *de = find_ext(h, F(h, "c", "defaultTopic"), V2(h) ? 1 : 12);
+    const Hdr *h = s->h;
+    const Ext *de = send_field(h, 'c');  /* defaultTopic */
     PyObject *dt;
     if (de == NULL || de->kind == V_NULL || (de->kind == V_STR && de->s.n == 0)) {
         dt = Py_NewRef(Py_None);  /* the processor's default (TBW102) */
@@ -55,8 +55,8 @@ static PyObject *resolve_topic(Lane *l, const Send *s, PyObject *topic) {
 /* The lane entry of the send's topic into s->entry / s->topic_obj (new references; a one-entry cache in front of
  * the topics dict, the resolve callback behind it); 1 ok, 0 Python, -1. */
 int lane_topic_entry(Lane *l, Send *s) {
-    const Hdr *h = &s->h;
-    const Ext *te = find_ext(h, F(h, "b", "topic"), V2(h) ? 1 : 5);
+    const Hdr *h = s->h;
+    const Ext *te = send_field(h, 'b');  /* topic */
     if (te == NULL || te->kind != V_STR || te->s.esc || te->s.n == 0 || te->s.n > 255) return 0;
     s->topic_p = te->s.p;
     s->topic_n = te->s.n;

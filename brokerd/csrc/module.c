@@ -12,6 +12,7 @@
  * 4. scan_log (scan.c): a slave's replicated log bytes validated and parsed for dispatch in one pass.
  * 5. index_put (index.c): the key index's put loop (crc32 hash, slot chain, entry).
  * 6. scan_pull (pull_scan.c): a pull's read loop over one consume-queue file's entries (reader._step per entry).
+ * 7. the header cache (hcache.c): the lane parses a JSON header by its differences from the client's previous one.
  */
 #include "send.h"
 
@@ -35,6 +36,7 @@ static PyObject *java_hash_py(PyObject *self, PyObject *arg) {
 }
 
 PyObject *sync_close(PyObject *self, PyObject *args);
+PyObject *header_cache_check(PyObject *self, PyObject *seq);
 extern PyTypeObject SyncerType;
 
 static PyMethodDef methods[] = {
@@ -42,6 +44,8 @@ static PyMethodDef methods[] = {
     {"decode_frame", (PyCFunction)(void (*)(void))decode_frame, METH_FASTCALL, "decode_frame(buf, pos)"},
     {"encode_head", (PyCFunction)(void (*)(void))encode_head, METH_FASTCALL, "encode_head(...)"},
     {"java_hash", java_hash_py, METH_O, "Java String.hashCode"},
+    {"header_cache_check", header_cache_check, METH_O,
+     "header_cache_check(headers) -> (hits, [(index, field)]): the header cache against parse_header (tests)"},
     {"sync_close", sync_close, METH_VARARGS, "sync_close(dir_fds, file_fds) -> errno of the first failure or 0"},
     {"scan_log", scan_log, METH_VARARGS, "scan_log(buf, base, segment_size, verify=True) -> (end, records)"},
     {"scan_pull", scan_pull, METH_VARARGS, "scan_pull(chunk, q0, i, state, limits, tag_filter, files, segment_size, "

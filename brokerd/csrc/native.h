@@ -87,6 +87,33 @@ typedef struct { const char *p, *end; } Cur;
 /* Parse a JSON header object (the whole header must be valid UTF-8 and valid JSON, as orjson requires).
  * 0 ok, 1 unsupported (the Python codec decides). */
 int parse_header(const char *p, Py_ssize_t n, Hdr *h);
+
+/* The header cache (hcache.c): the spans of a parsed header's string and integer values, in header order, and
+ * which Hdr field each one fills (an ext field's index, or a T_* top-level field). */
+enum { T_CODE = -1, T_OPAQUE = -2, T_FLAG = -3, T_VERSION = -4, T_LANG = -5, T_REMARK = -6, T_NONE = -7 };
+#define HC_TOKS 64
+#define HC_MAX 1024  /* longest header cached */
+#define HC_WAYS 4
+typedef struct { uint16_t start, end; signed char kind; short target; } Tok;
+typedef struct { Tok t[HC_TOKS]; int n; int over; /* more than HC_TOKS, or a top-level field repeated */ } Toks;
+/* parse_header that also records the value spans into toks (when not NULL) */
+int parse_header_toks(const char *p, Py_ssize_t n, Hdr *h, Toks *toks);
+
+/* A header parsed before, kept to parse the next one of the same length by its differences: a client's headers
+ * differ from one send to the next only in some values (opaque, timestamps, keys, queue). */
+typedef struct {
+    Py_ssize_t n;  /* 0: empty */
+    char buf[HC_MAX];
+    char esc[HC_MAX];  /* 1: the byte is an escape's backslash or one of the 5 bytes after it */
+    Hdr h;         /* its parse (Str pointers into buf) */
+    Toks toks;
+} HcWay;
+typedef struct { HcWay way[HC_WAYS]; int next; long long hits, misses; } HCache;
+/* parse_header, with the same result, by way of the cache: a header that differs from a cached one of the same
+ * length only inside string and integer values (not the code), by plain ASCII bytes outside escapes, is parsed
+ * by checking and re-reading the values that differ. The parse (NULL: parse_header declines the header): own,
+ * or the cache's, whose strings point into the cache's copy of the header (valid until the next call). */
+const Hdr *parse_header_cached(HCache *c, const char *p, Py_ssize_t n, Hdr *own);
 /* An integer JSON number at c->p (no fraction/exponent, at most 18 digits). 0 ok, 1 unsupported. */
 int parse_int(Cur *c, long long *out);
 /* Unescape a JSON string into out (capacity >= s->n) as UTF-8; its length, -1 when an escape is invalid. s must

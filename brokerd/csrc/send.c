@@ -7,12 +7,6 @@
 #endif
 
 const Ext *find_ext(const Hdr *h, const char *key, Py_ssize_t klen) {
-    int l = h->full_names ? (klen > 1 ? full_name_letter(key, klen) : -1)
-                          : (klen == 1 && key[0] >= 'a' && key[0] <= 'z' ? key[0] - 'a' : -1);
-    if (l >= 0) {
-        int i = h->letter[l];
-        return i < 0 ? NULL : &h->ext[i];
-    }
     for (int i = h->n_ext - 1; i >= 0; i--) {  /* the last occurrence wins, as in a dict */
         const Ext *e = &h->ext[i];
         if (!e->k.esc && e->k.n == klen && memcmp(e->k.p, key, klen) == 0) return e;
@@ -20,8 +14,8 @@ const Ext *find_ext(const Hdr *h, const char *key, Py_ssize_t klen) {
     return NULL;
 }
 
-int ext_int(const Hdr *h, const char *key, long long dflt, long long *out) {
-    const Ext *e = find_ext(h, key, (Py_ssize_t)strlen(key));
+int field_int(const Hdr *h, char letter, long long dflt, long long *out) {
+    const Ext *e = send_field(h, letter);
     if (e == NULL || e->kind == V_NULL || (e->kind == V_STR && e->s.n == 0)) { *out = dflt; return 0; }
     if (e->kind == V_INT) { *out = e->i; return 0; }
     if (e->kind != V_STR || e->s.esc) return 1;
@@ -51,6 +45,19 @@ int32_t java_hash(const unsigned char *s, Py_ssize_t n) {
     return (int32_t)h;
 }
 
+/* A property into out (a later duplicate name replaces the value in place): 0, -1 when there are too many. */
+static inline int add_prop(Prop *out, int *cnt, const char *k, Py_ssize_t kn, const char *v, Py_ssize_t vn) {
+    int j;
+    for (j = 0; j < *cnt; j++)
+        if (out[j].kn == kn && memcmp(out[j].k, k, kn) == 0) break;
+    if (j == *cnt) {
+        if (*cnt >= MAX_PROPS_N) return -1;
+        out[j].k = k; out[j].kn = kn; (*cnt)++;
+    }
+    out[j].v = v; out[j].vn = vn;
+    return 0;
+}
+
 int parse_props(const char *s, Py_ssize_t n, Prop *out) {
     int cnt = 0;
     const char *p = s, *end = s + n;
@@ -58,21 +65,50 @@ int parse_props(const char *s, Py_ssize_t n, Prop *out) {
         const char *seg_end = memchr(p, '\x02', end - p);
         if (seg_end == NULL) seg_end = end;
         const char *sep = memchr(p, '\x01', seg_end - p);
-        if (sep != NULL && sep > p && seg_end > sep + 1) {
-            Py_ssize_t kn = sep - p;
-            int j;
-            for (j = 0; j < cnt; j++)
-                if (out[j].kn == kn && memcmp(out[j].k, p, kn) == 0) break;
-            if (j == cnt) {
-                if (cnt >= MAX_PROPS_N) return -1;
-                out[cnt].k = p; out[cnt].kn = kn; cnt++;
-            }
-            out[j].v = sep + 1; out[j].vn = seg_end - sep - 1;
-        }
+        if (sep != NULL && sep > p && seg_end > sep + 1 && add_prop(out, &cnt, p, sep - p, sep + 1, seg_end - sep - 1))
+            return -1;
         if (seg_end == end) break;
         p = seg_end + 1;
     }
     return cnt;
+}
+
+/* The first backslash in [p, end), or NULL; 8 bytes at a time (no memchr call: the runs between escapes are short). */
+static inline const char *next_backslash(const char *p, const char *end) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    for (; end - p >= 8; p += 8) {
+        uint64_t w, b;
+        memcpy(&w, p, 8);
+        b = w ^ 0x5C5C5C5C5C5C5C5CULL;
+        b = (b - 0x0101010101010101ULL) & ~b & 0x8080808080808080ULL;  /* the lowest flagged byte is the first */
+        if (b) return p + (__builtin_ctzll(b) >> 3);
+    }
+#endif
+    for (; p < end; p++)
+        if (*p == '\\') return p;
+    return NULL;
+}
+
+int parse_props_json(const char *s, Py_ssize_t n, Prop *out) {
+    int cnt = 0;
+    const char *p = s, *end = s + n, *seg = s, *sep = NULL;
+    for (;;) {
+        const char *bs = next_backslash(p, end);
+        const char *seg_end = bs == NULL ? end : bs;
+        if (bs != NULL) {  /* only \u0001 / \u0002, and one \u0001 per segment (a value holding one: unescape) */
+            if (end - bs < 6 || memcmp(bs, "\\u000", 5) != 0 || (bs[5] != '1' && bs[5] != '2') ||
+                (bs[5] == '1' && sep != NULL))
+                return -2;
+            p = bs + 6;
+            if (bs[5] == '1') { sep = bs; continue; }
+        }
+        if (sep != NULL && sep > seg && seg_end > sep + 6 &&
+            add_prop(out, &cnt, seg, sep - seg, sep + 6, seg_end - sep - 6))
+            return -1;
+        if (bs == NULL) return cnt;
+        seg = p;
+        sep = NULL;
+    }
 }
 
 const Prop *prop(const Prop *ps, int n, const char *k, Py_ssize_t kn) {

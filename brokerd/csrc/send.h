@@ -13,11 +13,20 @@ typedef struct { const char *k; Py_ssize_t kn; const char *v; Py_ssize_t vn; } P
 int parse_binary_header(const char *p, Py_ssize_t n, Hdr *h);
 /* The ext field `key` (the last occurrence wins, as in a dict), NULL when absent. */
 const Ext *find_ext(const Hdr *h, const char *key, Py_ssize_t klen);
+/* The send header's field of `letter` (SendMessageRequestHeaderV2's a..m; SEND_MESSAGE's full name for it, see
+ * index_letters), NULL when absent. */
+static inline const Ext *send_field(const Hdr *h, char letter) {
+    int i = h->letter[letter - 'a'];
+    return i < 0 ? NULL : &h->ext[i];
+}
 /* int(field or default) as the Python processor reads it: 0 ok, 1 unsupported (Python parses it). */
-int ext_int(const Hdr *h, const char *key, long long dflt, long long *out);
+int field_int(const Hdr *h, char letter, long long dflt, long long *out);
 /* Properties as Java's string2messageProperties reads them (segments split on 0x02, name 0x01 value, both
  * non-empty; a later duplicate replaces the value in place). The count, -1 when there are too many. */
 int parse_props(const char *s, Py_ssize_t n, Prop *out);
+/* The same from a JSON string's escaped bytes when its only escapes are the separators \u0001 and \u0002, at most
+ * one \u0001 per segment (what clients send; names and values then point into s); -2 otherwise (unescape it). */
+int parse_props_json(const char *s, Py_ssize_t n, Prop *out);
 const Prop *prop(const Prop *ps, int n, const char *k, Py_ssize_t kn);
 /* Index keys: KEYS split on spaces (non-empty) + UNIQ_KEY when not among them (a new list). */
 /* The record's key-index keys (KEYS split on spaces, then UNIQ_KEY unless it is one of them), each handed to

@@ -307,6 +307,10 @@ class SendLane:
         """ACL sends the C lane left to the Python path, by reason (observability, the benchmark)."""
         return self._lane.acl_misses() if self._lane is not None else {}
 
+    def header_cache(self) -> tuple[int, int]:
+        """JSON send headers the C lane parsed by their differences from a client's previous one (hits), and in full."""
+        return self._lane.header_cache if self._lane is not None else (0, 0)
+
     # ------------------------------------------------------------------ the lane
 
     def __call__(self, conn: Connection, buf: bytearray, pos: int, out: list[bytes | memoryview]) -> int:

@@ -107,16 +107,21 @@ async def restarted(b: Broker) -> AsyncIterator[Broker]:
         await b2.shutdown()
 
 
-def send(opaque: int, topic: str, qid: int, props: dict[str, str], body: bytes, *, v1: bool = False,
+def send(opaque: int, topic: str, qid: int, props: dict[str, str] | str, body: bytes, *, v1: bool = False,
          code: int | None = None, oneway: bool = False, batch: str = "false", binary: bool = False) -> bytes:  # fmt: skip
     names = (("producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag", "bornTimestamp",
               "flag", "properties", "reconsumeTimes", "unitMode", "maxReconsumeTimes", "batch") if v1
              else tuple("abcdefghijklm"))  # fmt: skip
-    values = ("pg", topic, "TBW102", "4", str(qid), "0", "1700000000123", str(opaque % 7), encode_properties(props).decode(),
+    raw = props if isinstance(props, str) else encode_properties(props).decode()
+    values = ("pg", topic, "TBW102", "4", str(qid), "0", "1700000000123", str(opaque % 7), raw,
               "0", "false", "16", batch)  # fmt: skip
     cmd = request(code or (10 if v1 else 310), dict(zip(names, values, strict=True)), body, oneway=oneway)
     cmd.opaque = opaque
     return encode_binary(cmd) if binary else encode(cmd)
+
+
+ODD_PROPERTIES = ("KEYS\x01a\x02KEYS\x01b\x02", "\x01v\x02TAGS\x01T\x02", "TAGS\x01a\x01b\x02", "TAGS\x01\x02",
+                  "\x02\x02WAIT\x01true\x02", "TAGS\x01x\x02\x01\x01\x02", "KEYS\x01k\x02TAGS\x01t\\u0001\x02")
 
 
 def mixed_stream(seed: int, n: int, binary: float = 0.0) -> list[bytes]:
@@ -138,6 +143,10 @@ def mixed_stream(seed: int, n: int, binary: float = 0.0) -> list[bytes]:
         if rnd.random() < 0.05:
             props["CLUSTER"] = "client-said"
         body = bytes(rnd.getrandbits(8) for _ in range(rnd.randint(0, 300)))
+        if rnd.random() < 0.05:  # a properties string no dict encodes: repeated names, empty parts, \x01 in a value
+            frames.append(send(i, topic, rnd.randrange(4), rnd.choice(ODD_PROPERTIES) + f"UNIQ_KEY\x01O{i}", body,
+                               v1=rnd.random() < 0.3, binary=rnd.random() < binary))
+            continue
         kind = rnd.random()
         if kind < 0.04:
             props["DELAY"] = "2"
