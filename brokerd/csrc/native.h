@@ -108,7 +108,7 @@ typedef struct {
     Hdr h;         /* its parse (Str pointers into buf) */
     Toks toks;
 } HcWay;
-typedef struct { HcWay way[HC_WAYS]; int next; long long hits, misses; } HCache;
+typedef struct { HcWay way[HC_WAYS]; int next; long long hits, misses, streak; /* misses since the last hit */ } HCache;
 /* parse_header, with the same result, by way of the cache: a header that differs from a cached one of the same
  * length only inside string and integer values (not the code), by plain ASCII bytes outside escapes, is parsed
  * by checking and re-reading the values that differ. The parse (NULL: parse_header declines the header): own,
