@@ -15,9 +15,9 @@
 
 static inline int plain(unsigned char ch) { return ch >= 0x20 && ch < 0x80 && ch != '"' && ch != '\\'; }
 
-/* Byte x differs between the cached header o and p: the recorded value it lies in (*t, the index of the first
- * value that does not end before x) marked in *dirty; 1 when x is not inside one, or a string's byte there may
- * not change (not plain ASCII in both, or part of an escape). */
+/* Byte x differs between the cached header (w->buf) and p: the recorded value it lies in (*t, the index of the
+ * first value that does not end before x) marked in *dirty; 1 when x is not inside one, or a string's byte there
+ * may not change (not plain ASCII in both, or part of an escape). */
 static inline int mark(const HcWay *w, const char *p, Py_ssize_t x, int *t, uint64_t *dirty) {
     const Tok *tk = w->toks.t;
     while (*t < w->toks.n && tk[*t].end <= x) (*t)++;
@@ -28,7 +28,7 @@ static inline int mark(const HcWay *w, const char *p, Py_ssize_t x, int *t, uint
     return 0;
 }
 
-/* The bytes of [i, i + len) (len <= 8) that differ between the cached header and p, marked. */
+/* The bytes of [i, i + len) (len <= 8) that differ between the cached header and p, marked (1: one may not). */
 static inline int mark_word(const HcWay *w, const char *p, Py_ssize_t i, Py_ssize_t len, int *t, uint64_t *dirty) {
     const uint64_t lo7 = 0x7F7F7F7F7F7F7F7FULL;
     uint64_t a = 0, b = 0;
