@@ -13,6 +13,7 @@
  * 5. index_put (index.c): the key index's put loop (crc32 hash, slot chain, entry).
  * 6. scan_pull (pull_scan.c): a pull's read loop over one consume-queue file's entries (reader._step per entry).
  * 7. the header cache (hcache.c): the lane parses a JSON header by its differences from the client's previous one.
+ * 8. crc_of (crc.c): a body's CRC-32 for the lane and scan_log (carry-less multiplication where the CPU has it).
  */
 #include "send.h"
 

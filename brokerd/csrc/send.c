@@ -2,9 +2,6 @@
 #include "send.h"
 
 #include <time.h>
-#ifdef BROKERD_ZLIB
-#include <zlib.h>
-#endif
 
 const Ext *find_ext(const Hdr *h, const char *key, Py_ssize_t klen) {
     for (int i = h->n_ext - 1; i >= 0; i--) {  /* the last occurrence wins, as in a dict */
@@ -147,22 +144,6 @@ PyObject *index_keys(const Prop *keys, const Prop *uniq) {
     PyObject *lst = PyList_New(0);
     if (lst != NULL && each_index_key(keys, uniq, append_key, lst)) Py_CLEAR(lst);
     return lst;
-}
-
-int crc_of(const char *p, Py_ssize_t n, uint32_t *out) {
-#ifdef BROKERD_ZLIB
-    *out = (uint32_t)crc32_z(0L, (const Bytef *)p, (z_size_t)n);  /* the function zlib.crc32 calls */
-    return 0;
-#else
-    PyObject *mv = PyMemoryView_FromMemory((char *)p, n, PyBUF_READ);
-    if (mv == NULL) return -1;
-    PyObject *r = PyObject_CallOneArg(g_crc32, mv);
-    Py_DECREF(mv);
-    if (r == NULL) return -1;
-    *out = (uint32_t)PyLong_AsUnsignedLong(r);
-    Py_DECREF(r);
-    return PyErr_Occurred() ? -1 : 0;
-#endif
 }
 
 long long now_ms(void) {

@@ -36,7 +36,7 @@ int each_index_key(const Prop *keys, const Prop *uniq, KeyFn fn, void *ctx);
 PyObject *index_keys(const Prop *keys, const Prop *uniq);
 /* Java String.hashCode of valid UTF-8 (over UTF-16 code units): the consume-queue tags code. */
 int32_t java_hash(const unsigned char *s, Py_ssize_t n);
-int crc_of(const char *p, Py_ssize_t n, uint32_t *out);  /* zlib.crc32 over the bytes; -1 on error */
+int crc_of(const char *p, Py_ssize_t n, uint32_t *out);  /* zlib.crc32 over the bytes (crc.c); -1 on error */
 long long now_ms(void);
 
 #endif

@@ -142,7 +142,7 @@ def mixed_stream(seed: int, n: int, binary: float = 0.0) -> list[bytes]:
             props["user\u00e9"] = "v\\\"al\n" * rnd.randint(1, 3)
         if rnd.random() < 0.05:
             props["CLUSTER"] = "client-said"
-        body = bytes(rnd.getrandbits(8) for _ in range(rnd.randint(0, 300)))
+        body = bytes(rnd.getrandbits(8) for _ in range(rnd.choice((rnd.randint(0, 300), rnd.randint(0, 5000)))))
         if rnd.random() < 0.05:  # a properties string no dict encodes: repeated names, empty parts, \x01 in a value
             frames.append(send(i, topic, rnd.randrange(4), rnd.choice(ODD_PROPERTIES) + f"UNIQ_KEY\x01O{i}", body,
                                v1=rnd.random() < 0.3, binary=rnd.random() < binary))
@@ -203,7 +203,8 @@ def records(b: Broker) -> list[tuple[Any, ...]]:
                 generated.add(uniq)
                 m.properties["UNIQ_KEY"] = GENERATED
             out.append((m.topic, m.queue_id, m.queue_offset, m.commit_log_offset, m.flag, m.sys_flag, m.born_timestamp,
-                        m.born_host, m.store_host, m.reconsume_times, m.body, m.properties, m.store_size))  # fmt: skip
+                        m.born_host, m.store_host, m.reconsume_times, m.body, m.properties, m.store_size,
+                        m.body_crc))  # fmt: skip
     return out
 
 
