@@ -284,9 +284,7 @@ Py_ssize_t unescape(const Str *s, char *out) {
             uint64_t w, b;
             memcpy(&w, p, 8);
             memcpy(o, p, 8);
-            b = w ^ 0x5C5C5C5C5C5C5C5CULL;
-            b = (b - 0x0101010101010101ULL) & ~b & 0x8080808080808080ULL;
-            if (b) {
+            if ((b = backslashes8(w)) != 0) {
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
                 Py_ssize_t k = __builtin_ctzll(b) >> 3;  /* the lowest flagged byte is the first backslash */
 #else

@@ -84,6 +84,13 @@ static inline void index_letters(Hdr *h) {
 
 typedef struct { const char *p, *end; } Cur;
 
+/* The bytes of w that are a backslash, as the high bit of each (SWAR; a borrow can also flag bytes above a true
+ * hit, never below it, so the lowest flagged byte is the first backslash). */
+static inline uint64_t backslashes8(uint64_t w) {
+    uint64_t b = w ^ 0x5C5C5C5C5C5C5C5CULL;
+    return (b - 0x0101010101010101ULL) & ~b & 0x8080808080808080ULL;
+}
+
 /* Parse a JSON header object (the whole header must be valid UTF-8 and valid JSON, as orjson requires).
  * 0 ok, 1 unsupported (the Python codec decides). */
 int parse_header(const char *p, Py_ssize_t n, Hdr *h);

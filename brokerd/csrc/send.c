@@ -76,9 +76,7 @@ static inline const char *next_backslash(const char *p, const char *end) {
     for (; end - p >= 8; p += 8) {
         uint64_t w, b;
         memcpy(&w, p, 8);
-        b = w ^ 0x5C5C5C5C5C5C5C5CULL;
-        b = (b - 0x0101010101010101ULL) & ~b & 0x8080808080808080ULL;  /* the lowest flagged byte is the first */
-        if (b) return p + (__builtin_ctzll(b) >> 3);
+        if ((b = backslashes8(w)) != 0) return p + (__builtin_ctzll(b) >> 3);
     }
 #endif
     for (; p < end; p++)
