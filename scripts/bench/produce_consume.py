@@ -146,6 +146,17 @@ class ShapeRuns:
                 "lane_share": round(self.lane / max(self.stored, 1), 3), "python_reasons": self.python_reasons}  # fmt: skip
 
 
+def merged(slices: list[dict[str, Any]]) -> dict[str, Any]:
+    """One shape's slices of a round as one run: messages over the slices' summed time, the worst slice's p99."""
+    msgs = sum(int(r["msgs"]) for r in slices)
+    errors: dict[str, int] = {}
+    for r in slices:
+        for code, n in r["errors"].items():
+            errors[code] = errors.get(code, 0) + int(n)
+    return {"msgs": msgs, "msg_per_s": msgs / sum(float(r["seconds"]) for r in slices), "errors": errors,
+            "latency": {"p99_ms": max(float(r["latency"]["p99_ms"]) for r in slices)}}
+
+
 def shapes_run(args: argparse.Namespace, tmp: pathlib.Path, flush: str) -> dict[str, dict[str, object]]:
     """Every send shape from the compiled generator (closed loop, 8 connections x 128 in flight), in ``--rounds``
     rounds, each on a new broker (its store removed afterwards: the machine's page cache and memory stay as
@@ -165,19 +176,31 @@ def shapes_run(args: argparse.Namespace, tmp: pathlib.Path, flush: str) -> dict[
         c = Cluster(root, brokers=1, flushDiskType=flush).start()
         this: dict[str, float] = {}
         rnd_gen.shuffle(order)  # a slow stretch of the machine does not always land on the same shapes
+        parts: dict[str, list[tuple[dict[str, Any], dict[str, int]]]] = {shape: [] for shape in order}
         try:
-            for shape in order:
-                name = "".join(ch for ch in shape if ch.isalnum())[:40]
-                topic = f"%RETRY%{name}" if shape == "retry_topic" else "Shape" + name
-                assert rpc(c.broker_addr(), 17, {"topic": topic, "readQueueNums": "8", "writeQueueNums": "8"}).code == 0
-                per = 16 if shape == "batch16" else 1
-                os.sync()  # the previous shape's data written back: its writeback does not land in this one
-                before = lane_counters(c)
-                r = cgen.run(c.broker_addr(), topic, shape=shape, body=args.body, conns=SATURATING[0],
-                             inflight=SATURATING[1], total=args.total // per)
-                runs.setdefault(shape, ShapeRuns()).add(r, before, lane_counters(c))
-                this[shape] = float(r["msg_per_s"])  # type: ignore[arg-type]
-                print(f"{flush} round {rnd} {shape}: {r['msg_per_s']} msg/s", file=sys.stderr, flush=True)
+            for part in range(args.slices):  # every shape in turn, slice after slice
+                for shape in order:
+                    name = "".join(ch for ch in shape if ch.isalnum())[:40]
+                    topic = f"%RETRY%{name}" if shape == "retry_topic" else "Shape" + name
+                    if part == 0:
+                        assert rpc(c.broker_addr(), 17, {"topic": topic, "readQueueNums": "8",
+                                                         "writeQueueNums": "8"}).code == 0  # fmt: skip
+                    per = 16 if shape == "batch16" else 1
+                    os.sync()  # the previous shape's data written back: its writeback does not land in this one
+                    before = lane_counters(c)
+                    r = cgen.run(c.broker_addr(), topic, shape=shape, body=args.body, conns=SATURATING[0],
+                                 inflight=SATURATING[1], total=args.total // per // args.slices)
+                    after = lane_counters(c)
+                    parts[shape].append((r, {k: v - before.get(k, 0) for k, v in after.items()}))
+            for shape, done in parts.items():
+                m = merged([x[0] for x in done])
+                counted: dict[str, int] = {}
+                for _, delta in done:
+                    for k, n in delta.items():
+                        counted[k] = counted.get(k, 0) + n
+                runs.setdefault(shape, ShapeRuns()).add(m, {}, counted)
+                this[shape] = float(m["msg_per_s"])
+                print(f"{flush} round {rnd} {shape}: {m['msg_per_s']:.0f} msg/s", file=sys.stderr, flush=True)
         finally:
             c.stop()
             shutil.rmtree(root, ignore_errors=True)
@@ -287,6 +310,9 @@ def main() -> int:
                     help="every send shape side by side (ASYNC and SYNC), then consume as real clients do")
     ap.add_argument("--rounds", type=int, default=5, help="--shapes: rounds of every shape (medians reported)")
     ap.add_argument("--seed", type=int, default=15, help="--shapes: the seed of each round's shape order")
+    ap.add_argument("--slices", type=int, default=1,
+                    help="--shapes: each shape's messages of a round in this many slices, every shape in turn slice "
+                         "after slice (a slow phase of the machine then falls on every shape)")
     args = ap.parse_args()
     if args.shapes:
         with tempfile.TemporaryDirectory(prefix="bench-") as d:
@@ -294,7 +320,7 @@ def main() -> int:
             res: dict[str, object] = {"bench": "produce_consume --shapes", "date": time.strftime("%Y-%m-%d %H:%M:%S"),
                                       "load_before": os.getloadavg()[0],
                                       "params": {"total_msgs_per_shape": args.total, "rounds": args.rounds,
-                                                 "seed": args.seed,
+                                                 "seed": args.seed, "slices": args.slices,
                                                  "conns": SATURATING[0],
                                                  "inflight_per_conn": SATURATING[1], "body": args.body}}  # fmt: skip
             for flush in ("ASYNC_FLUSH", "SYNC_FLUSH"):
