@@ -164,7 +164,8 @@ def shapes_run(args: argparse.Namespace, tmp: pathlib.Path, flush: str) -> dict[
     back (``os.sync``) first. Per shape:
     its median msg/s and its median share of the round's best single-message shape (this machine's speed drifts
     between rounds; a share compares shapes measured a few seconds apart), and how many of its messages the C
-    lane stored (the rest: the reasons Python took them)."""
+    lane stored (the rest: the reasons Python took them). With ``--slices`` N each shape's messages of a round go
+    in N slices, every shape in turn slice after slice; its rate is the slices' messages over their summed time."""
     from scripts.bench.shapes import SHAPES, capture_shapes
 
     runs: dict[str, ShapeRuns] = {}
