@@ -72,7 +72,6 @@ static void copy_hdr(Hdr *dst, const Hdr *src, const char *from, const char *to)
     memcpy(dst, src, offsetof(Hdr, ext));
     memcpy(dst->ext, src->ext, sizeof(Ext) * (size_t)src->n_ext);
     memcpy(dst->letter, src->letter, sizeof dst->letter);
-    dst->full_names = src->full_names;
     if (dst->lang_kind == V_STR) move_str(&dst->lang, from, to);
     if (dst->remark_kind == V_STR) move_str(&dst->remark, from, to);
     for (int i = 0; i < dst->n_ext; i++) {
@@ -169,7 +168,7 @@ static const char *hdr_diff(const Hdr *a, const Hdr *b) {
         if ((x->kind == V_STR || x->kind == V_INT) && !str_eq(&x->s, &y->s)) return "ext value";
         if (x->kind == V_INT && x->i != y->i) return "ext integer";
     }
-    if (memcmp(a->letter, b->letter, sizeof a->letter) || a->full_names != b->full_names) return "letters";
+    if (memcmp(a->letter, b->letter, sizeof a->letter)) return "letters";
     return NULL;
 }
 

@@ -42,7 +42,6 @@ typedef struct {
     int n_ext;
     Ext ext[MAX_EXT];
     signed char letter[26];  /* the last ext field of each send header letter a..m (index_letters), or -1 */
-    int full_names;          /* SEND_MESSAGE (10): letter[] holds the full names' fields, not one-letter keys' */
 } Hdr;
 
 /* SEND_MESSAGE (10) names the send header's fields in full, SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE by the letters
@@ -65,15 +64,15 @@ static inline int full_name_letter(const char *k, Py_ssize_t n) {
 #undef IS
 }
 
-/* Fill h->letter from h->ext (after a parse, h->code set): find_ext answers the send header's fields without a
- * scan — a SEND_MESSAGE's by their full names, any other request's one-letter keys. */
+/* Fill h->letter from h->ext (after a parse, h->code set): send_field (send.h) answers the send header's fields
+ * without a scan — a SEND_MESSAGE's by their full names, any other request's one-letter keys. */
 static inline void index_letters(Hdr *h) {
+    int full_names = h->code_kind == V_INT && h->code == 10;
     memset(h->letter, -1, sizeof h->letter);
-    h->full_names = h->code_kind == V_INT && h->code == 10;
     for (int i = 0; i < h->n_ext; i++) {
         const Ext *e = &h->ext[i];
         if (e->k.esc) continue;
-        if (h->full_names) {
+        if (full_names) {
             int l = full_name_letter(e->k.p, e->k.n);
             if (l >= 0) h->letter[l] = (signed char)i;
         } else if (e->k.n == 1 && e->k.p[0] >= 'a' && e->k.p[0] <= 'z') {

@@ -28,7 +28,6 @@ int parse_props(const char *s, Py_ssize_t n, Prop *out);
  * one \u0001 per segment (what clients send; names and values then point into s); -2 otherwise (unescape it). */
 int parse_props_json(const char *s, Py_ssize_t n, Prop *out);
 const Prop *prop(const Prop *ps, int n, const char *k, Py_ssize_t kn);
-/* Index keys: KEYS split on spaces (non-empty) + UNIQ_KEY when not among them (a new list). */
 /* The record's key-index keys (KEYS split on spaces, then UNIQ_KEY unless it is one of them), each handed to
  * fn(ctx, key, length); a non-zero return stops the walk and is returned. index_keys: them as a list of str. */
 typedef int (*KeyFn)(void *ctx, const char *p, Py_ssize_t n);
