@@ -4,6 +4,7 @@
 
 static int Lane_traverse(Lane *l, visitproc visit, void *arg) {
     Py_VISIT(l->topics); Py_VISIT(l->resolve); Py_VISIT(l->next_qoff); Py_VISIT(l->listeners); Py_VISIT(l->index_put); Py_VISIT(l->index_current); Py_VISIT(l->cq_put); Py_VISIT(l->error); Py_VISIT(l->write_error); Py_VISIT(l->last_entry); Py_VISIT(l->last_topic_obj);
+    Py_VISIT(l->ix.seed_topic);
     Py_VISIT(l->acl); Py_VISIT(l->acl_key);
     Py_VISIT(l->delay_entry); Py_VISIT(l->delay_topic); Py_VISIT(l->half_entry); Py_VISIT(l->half_topic);
     return 0;
@@ -11,6 +12,7 @@ static int Lane_traverse(Lane *l, visitproc visit, void *arg) {
 
 static int Lane_clear(Lane *l) {
     Py_CLEAR(l->topics); Py_CLEAR(l->resolve); Py_CLEAR(l->next_qoff); Py_CLEAR(l->listeners); Py_CLEAR(l->index_put); Py_CLEAR(l->index_current); Py_CLEAR(l->cq_put); Py_CLEAR(l->error); Py_CLEAR(l->write_error);
+    Py_CLEAR(l->ix.seed_topic);
     Py_CLEAR(l->acl); Py_CLEAR(l->acl_key);
     Py_CLEAR(l->delay_entry); Py_CLEAR(l->delay_topic); Py_CLEAR(l->half_entry); Py_CLEAR(l->half_topic);
     lane_clear_cache(l);

@@ -18,6 +18,11 @@
  * Python). */
 #define ENTRY_SIZE 7
 
+#define MAX_INDEX_KEYS 64
+/* A record's key-index hashes (lane_index_keys): n keys, or n = -1 when the reference (put_keys) takes them (more
+ * than MAX_INDEX_KEYS, or a key that is not valid UTF-8: Python hashes its replacement characters). */
+typedef struct { int n; uint32_t h[MAX_INDEX_KEYS]; } IndexKeys;
+
 typedef struct {
     PyObject_HEAD
     PyObject *topics;       /* dict: topic str -> its entry */
@@ -30,11 +35,11 @@ typedef struct {
     PyObject *listeners;    /* the store's dispatch listeners (only: are there any) */
     PyObject *index_put;    /* callable (topic, keys, phys, ts) or None: the key index's put (the reference) */
     /* callable () -> the store's current IndexFile or None (lane_index.c writes into it), or NULL: index_put only;
-     * ix: that file while a run writes into it (file NULL otherwise) */
+     * ix: that file while a run writes into it (file NULL otherwise), and the last topic's hash seed */
     PyObject *index_current;
     PyObject *cq_put;       /* ConsumeQueue.put (the function): a queue's put bound to it is done by lane_cq.c */
     struct { PyObject *file; Py_buffer sv, ev; long long slots, limit, count, begin_ts, begin_phy, end_ts, end_phy;
-             int wrote; } ix;
+             int wrote; PyObject *seed_topic; uint32_t seed; } ix;
     char cluster[256]; Py_ssize_t cluster_n;
     char id_prefix[16];
     char uniq_prefix[20];   /* UNIQ_KEYs the lane generates: this prefix + ms since month start + counter */
@@ -98,6 +103,7 @@ typedef struct {
     Prop ps[MAX_PROPS_N + 1];  /* + a generated UNIQ_KEY */
     int np;
     const Prop *uniq, *tags, *keys;
+    IndexKeys ik;        /* the key index hashes (set before the record is written) */
     Py_ssize_t pn;       /* length of the stored properties in Lane.props */
     const char *body;
     Py_ssize_t blen;
@@ -140,9 +146,13 @@ int lane_acl_ok(Lane *l, const Send *s);
 
 /* lane_cq.c: `put`(qoff, phys, size, tags), a topic entry's consume-queue put, done (0) or raised (-1). */
 int lane_cq_put(Lane *l, PyObject *put, long long qoff, long long phys, long long size, long long tags);
-/* lane_index.c: the key index entries of a stored record (its KEYS and UNIQ_KEY) under `topic` (0 ok, -1 a Python
- * exception); the run's index file written back and released (at the end of each run). */
-int lane_index_put(Lane *l, PyObject *topic, const Prop *keys, const Prop *uniq, long long phys, long long ts);
+/* lane_index.c: the key index hashes of a record (its KEYS and UNIQ_KEY) under `topic` into ik, their slots fetched
+ * into the cache when a run holds the index file (called before the record is written: the slot's cache miss
+ * overlaps that work); the record's entries put (0 ok, -1 a Python exception); the run's index file written back
+ * and released (at the end of each run). */
+void lane_index_keys(Lane *l, PyObject *topic, const Prop *keys, const Prop *uniq, IndexKeys *ik);
+int lane_index_put(Lane *l, PyObject *topic, const Prop *keys, const Prop *uniq, const IndexKeys *ik,
+                   long long phys, long long ts);
 void lane_index_settle(Lane *l);
 
 #endif

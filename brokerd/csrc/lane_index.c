@@ -7,17 +7,41 @@
  * its replacement characters). The entries are the ones native index_put (index.c) writes for the same keys. */
 #include "lane.h"
 
-#define MAX_KEYS 64
-
-typedef struct { struct { const char *p; Py_ssize_t n; } k[MAX_KEYS]; int n; } Keys;
-
-/* each_index_key's callback: the key into ks, unless there are MAX_KEYS already or it is not valid UTF-8 (1). */
-static int collect(void *ctx, const char *p, Py_ssize_t n) {
-    Keys *ks = ctx;
-    if (ks->n == MAX_KEYS || !utf8_valid((const unsigned char *)p, n)) return 1;
-    ks->k[ks->n].p = p;
-    ks->k[ks->n++].n = n;
+/* The hash of "<topic>#": crc32 of the topic's UTF-8 then '#', cached for the last topic (a strong reference: the
+ * same object is the same name). 0 ok, -1 a Python exception. */
+static int topic_seed(Lane *l, PyObject *topic, uint32_t *seed) {
+    if (topic != l->ix.seed_topic) {
+        Py_ssize_t tn;
+        const char *t = PyUnicode_AsUTF8AndSize(topic, &tn);
+        if (t == NULL) return -1;
+        l->ix.seed = crc32_update(crc32_update(0, (const unsigned char *)t, tn), (const unsigned char *)"#", 1);
+        Py_XSETREF(l->ix.seed_topic, Py_NewRef(topic));
+    }
+    *seed = l->ix.seed;
     return 0;
+}
+
+typedef struct { IndexKeys *ik; uint32_t seed; } Hashing;
+
+/* each_index_key's callback: the key's hash into the list, unless it is full or the key is not valid UTF-8 (1). */
+static int hash_key(void *ctx, const char *p, Py_ssize_t n) {
+    Hashing *c = ctx;
+    if (c->ik->n == MAX_INDEX_KEYS || !utf8_valid((const unsigned char *)p, n)) return 1;
+    c->ik->h[c->ik->n++] = crc32_update(c->seed, (const unsigned char *)p, n);
+    return 0;
+}
+
+void lane_index_keys(Lane *l, PyObject *topic, const Prop *keys, const Prop *uniq, IndexKeys *ik) {
+    Hashing c = {ik, 0};
+    ik->n = 0;
+    if (topic_seed(l, topic, &c.seed) || each_index_key(keys, uniq, hash_key, &c)) {
+        PyErr_Clear();  /* the reference decides (and raises what it raises) */
+        ik->n = -1;
+        return;
+    }
+    if (l->ix.file == NULL) return;
+    const uint32_t *slot = (const uint32_t *)l->ix.sv.buf;
+    for (int k = 0; k < ik->n; k++) __builtin_prefetch(&slot[ik->h[k] % (uint32_t)l->ix.slots], 1);
 }
 
 static int get_buffer(PyObject *o, const char *name, Py_buffer *b) {
@@ -44,7 +68,7 @@ static int take_file(Lane *l) {
     if (get_buffer(f, "ent_view", &l->ix.ev)) { PyBuffer_Release(&l->ix.sv); Py_DECREF(f); return 0; }
     long long room = (reserved - entries_pos) / 24;
     l->ix.limit = room < max_entries ? room : max_entries;
-    if (l->ix.slots <= 0 || l->ix.sv.len < l->ix.slots * 4 || l->ix.ev.len < max_entries * 24 || l->ix.count < 1) {
+    if (l->ix.slots <= 0 || l->ix.slots > UINT32_MAX || l->ix.sv.len < l->ix.slots * 4 || l->ix.ev.len < max_entries * 24 || l->ix.count < 1) {
         PyBuffer_Release(&l->ix.sv); PyBuffer_Release(&l->ix.ev); Py_DECREF(f);
         return 0;  /* not a layout this code knows: put_keys */
     }
@@ -91,27 +115,20 @@ static int python_put(Lane *l, PyObject *topic, const Prop *keys, const Prop *un
     return 0;
 }
 
-int lane_index_put(Lane *l, PyObject *topic, const Prop *keys, const Prop *uniq, long long phys, long long ts) {
-    Keys ks = {.n = 0};
-    int nk = each_index_key(keys, uniq, collect, &ks) ? -1 : ks.n;
-    if (nk == 0) return python_put(l, topic, keys, uniq, phys, ts);  /* as put_keys does with no keys */
-    if (nk < 0 || l->index_current == NULL || (l->ix.file == NULL && !take_file(l))) {
+int lane_index_put(Lane *l, PyObject *topic, const Prop *keys, const Prop *uniq, const IndexKeys *ik,
+                   long long phys, long long ts) {
+    int nk = ik->n;  /* none: python_put, as put_keys does with no keys */
+    if (nk <= 0 || l->index_current == NULL || (l->ix.file == NULL && !take_file(l))) {
         if (PyErr_Occurred()) return -1;
         return python_put(l, topic, keys, uniq, phys, ts);
     }
     if (l->ix.count + nk > l->ix.limit) return python_put(l, topic, keys, uniq, phys, ts);
-    Py_ssize_t tn;
-    const char *t = PyUnicode_AsUTF8AndSize(topic, &tn);
-    if (t == NULL) return -1;
-    uint32_t seed = crc32_update(crc32_update(0, (const unsigned char *)t, tn), (const unsigned char *)"#", 1);
     uint32_t *slot = (uint32_t *)l->ix.sv.buf;
     uint64_t *ent = (uint64_t *)l->ix.ev.buf;
     long long n = l->ix.count;
     if (n == 1) { l->ix.begin_ts = ts; l->ix.begin_phy = phys; }
     for (int k = 0; k < nk; k++, n++) {
-        uint32_t h = crc32_update(seed, (const unsigned char *)ks.k[k].p, ks.k[k].n);
-        uint32_t s = (uint32_t)(h % (uint64_t)l->ix.slots);
-        uint32_t prev = slot[s];
+        uint32_t h = ik->h[k], s = h % (uint32_t)l->ix.slots, prev = slot[s];
         ent[n * 3] = ((uint64_t)h << 32) | (uint64_t)((long long)prev < n ? prev : 0);
         ent[n * 3 + 1] = (uint64_t)phys;
         ent[n * 3 + 2] = (uint64_t)ts;

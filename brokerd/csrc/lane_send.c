@@ -243,6 +243,11 @@ static PyObject *fetch_error(void) {
     return ev ? ev : Py_NewRef(Py_None);
 }
 
+/* The record's key index hashes, before it is written (see lane_index_keys). */
+static void hash_index_keys(Lane *l, Send *s) {
+    if (l->index_put != Py_None) lane_index_keys(l, s->topic_obj, s->keys, s->uniq, &s->ik);
+}
+
 /* Consume-queue put, index put, a note for the listeners. A failing put is kept in l->error (the run stops
  * and the store sets its error flag; recovery redoes the dispatch), never raised: the record is stored. */
 static void dispatch(Lane *l, const Send *s, PyObject *qkey, long long qoff, long long phys, long long ts,
@@ -252,7 +257,7 @@ static void dispatch(Lane *l, const Send *s, PyObject *qkey, long long qoff, lon
                      : s->tags != NULL ? java_hash((const unsigned char *)s->tags->v, s->tags->vn) : 0;
     PyObject *put = PyTuple_GET_ITEM(PyTuple_GET_ITEM(s->entry, 5), s->qid);
     if (lane_cq_put(l, put, qoff, phys, s->size, tags) ||
-        (l->index_put != Py_None && lane_index_put(l, s->topic_obj, s->keys, s->uniq, phys, ts))) {
+        (l->index_put != Py_None && lane_index_put(l, s->topic_obj, s->keys, s->uniq, &s->ik, phys, ts))) {
         l->error = fetch_error();
         return;
     }
@@ -418,6 +423,7 @@ static int lane_batch(Lane *l, Send *s, long long base, long long limit, const u
     int r = PyErr_Occurred() ? -1 : 0;
     for (pos = 0; r == 0 && pos < n; qoff++) {
         batch_entry(l, s, p, n, &pos, 0);  /* checked above */
+        hash_index_keys(l, s);
         uint32_t crc;
         if ((r = stage_room(l, s->size, out)) != 0 || (r = crc_of(s->body, s->blen, &crc)) != 0) break;
         PyObject *nq = PyLong_FromLongLong(qoff + 1);
@@ -447,6 +453,7 @@ static int lane_single(Lane *l, Send *s, long long base, long long limit, const 
     int r;
     if (l->wrote + s->size + 8 > limit) return 2;
     if ((r = stage_room(l, s->size, out)) != 0) return r;
+    hash_index_keys(l, s);
     PyObject *qkey = PyTuple_GET_ITEM(PyTuple_GET_ITEM(s->entry, 4), s->qid);
     PyObject *cur = PyDict_GetItemWithError(l->next_qoff, qkey);
     long long qoff = cur != NULL ? PyLong_AsLongLong(cur) : 0;

@@ -17,7 +17,7 @@ ALPHABET = ["a", "b", "Z", "0", " ", "é", "✓", "\U0001f600", "\ud800", "#", "
 
 
 def random_key(rng: random.Random) -> str:
-    return "".join(rng.choice(ALPHABET) for _ in range(rng.randrange(1, 12)))
+    return "".join(rng.choice(ALPHABET) for _ in range(rng.randrange(1, 40)))
 
 
 def fill(root: Path, seed: int, native: bool, monkeypatch: pytest.MonkeyPatch) -> IndexService:
