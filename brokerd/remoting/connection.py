@@ -20,6 +20,8 @@ from brokerd.remoting.command import FLAG_ONEWAY, FLAG_RESPONSE, HeaderError, Re
 
 log = structlog.get_logger("remoting")
 
+FULL_READ = 256_000  # uvloop's read buffer (asyncio's: 256 KiB): a read this large left more in the socket
+
 HandlerResult = RemotingCommand | None | Awaitable[RemotingCommand | None]
 # A fast lane for a dispatcher: (connection, buffer, position, response list) -> new position. It handles the
 # requests it can from the position on, appends their response frames, and stops at the first it cannot.
@@ -124,6 +126,7 @@ class Connection(asyncio.Protocol):
         self._read_backpressure = read_backpressure
         self._drain_waiters: list[asyncio.Future[None]] = []
         self._read_held = False  # flow control (``hold_reading``): not read until ``release_reading``
+        self._read_yielded = False  # a full read: not read again before the loop's next turn (``_yield_reading``)
         self._later: list[bytes | memoryview] = []  # frames queued by ``write_soon``
 
     # -- asyncio.Protocol ---------------------------------------------------------------------------------
@@ -154,6 +157,28 @@ class Connection(asyncio.Protocol):
         self.write_frames(out)
         if self.dispatcher is not None:
             self.dispatcher.read_done()
+        if len(data) >= FULL_READ:
+            self._yield_reading()
+
+    def _yield_reading(self) -> None:
+        """A read that filled the event loop's buffer left more in the socket, and the loop would read this
+        connection again at once (libuv reads a socket up to 32 times per wake-up: 8 MB here). Flooded, one
+        connection's backlog was read and stored while every other connection's waited (p99 ~300 ms at 16 x 2,048
+        sends in flight, p50 6 ms). So the next read waits for the loop's next turn, after one read of every other
+        ready connection (as Netty's maxMessagesPerRead bounds a channel's reads per turn)."""
+        if self.transport is None or self.transport.is_closing() or self._read_yielded:
+            return
+        self._read_yielded = True
+        self.transport.pause_reading()
+        asyncio.get_running_loop().call_soon(self._end_yield)
+
+    def _end_yield(self) -> None:
+        self._read_yielded = False
+        if self._may_read():
+            self._resume_reading()
+
+    def _may_read(self) -> bool:
+        return not self._read_held and not self._read_yielded and not (self._paused and self._read_backpressure)
 
     def _lane_and_dispatch(self, lane: Lane, data: bytes, out: list[bytes | memoryview]) -> None:
         """The lane takes what it can from the buffer; each frame it stops at is dispatched here, in order."""
@@ -293,7 +318,7 @@ class Connection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self._paused = False
-        if self._read_backpressure and not self._read_held:
+        if self._read_backpressure and self._may_read():
             self._resume_reading()
         waiters, self._drain_waiters = self._drain_waiters, []
         for w in waiters:
@@ -316,7 +341,7 @@ class Connection(asyncio.Protocol):
     def release_reading(self) -> None:
         if self._read_held:
             self._read_held = False
-            if not (self._paused and self._read_backpressure):
+            if self._may_read():
                 self._resume_reading()
 
     def add_close_callback(self, cb: Callable[[Connection], None]) -> None:
