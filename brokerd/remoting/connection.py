@@ -178,7 +178,7 @@ class Connection(asyncio.Protocol):
             return
         self._read_yielded = True
         self.transport.pause_reading()
-        asyncio.get_running_loop().call_soon(self._end_yield)
+        self.closed.get_loop().call_soon(self._end_yield)  # get_running_loop: a getpid()
 
     def _end_yield(self) -> None:
         self._read_yielded = False
