@@ -655,6 +655,22 @@ class MessageStore:
     def clean_expired_files(self, force: bool = False, *, now_ms: int | None = None) -> int:
         return maintenance.clean_expired_files(self, force=force, now_ms=now_ms)
 
+    def retry_dispatch(self) -> bool:
+        """Writes stopped after a consume-queue or index put failed (WRITE_LOGICS_QUEUE_ERROR: a full disk, say):
+        dispatch again from the first record not dispatched; once every record is, writes resume (True).
+        RocketMQ leaves this to the next start, and until then the records stored past the failure, acknowledged
+        ones among them, cannot be consumed. A flag set by a failed flush of the logics (nothing left to dispatch)
+        stays."""
+        d = self.dispatcher
+        if not self.running_flags.has(WRITE_LOGICS_QUEUE_ERROR) or d.dispatched >= d.valid_end:
+            return False
+        d.reput(d.valid_end)
+        if d.dispatched < d.valid_end:
+            return False  # still failing: the put's error is logged again, writes stay stopped
+        self.running_flags.clear(WRITE_LOGICS_QUEUE_ERROR)
+        self.log.info("dispatch_resumed", dispatched=d.dispatched)
+        return True
+
     def set_quota_checker(self, cb: QuotaChecker | None) -> None:
         """``cb(logical_usage_bytes) -> True`` when over quota: the next clean deletes at once (oldest first)."""
         self._quota_checker = cb

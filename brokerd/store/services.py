@@ -260,6 +260,7 @@ class StoreServices:
         interval = self._cfg.flush_interval_consume_queue_ms / 1000
         while True:
             await asyncio.sleep(interval)
+            self._store.retry_dispatch()
             await self.flush_logics()
 
     # ------------------------------------------------------------ clean

@@ -10,6 +10,7 @@ import pytest
 from brokerd import message as m
 from brokerd.message import decode_offset_msg_id, decode_records, verify_record
 from brokerd.store.config import StoreConfig
+from brokerd.store.flags import WRITE_LOGICS_QUEUE_ERROR
 from brokerd.store.results import GetMessageStatus as G
 from brokerd.store.results import PutStatus
 
@@ -256,3 +257,36 @@ def test_config_errors_name_the_key(tmp_path: Path) -> None:
         StoreConfig(store_path_root_dir="")
     cfg = StoreConfig(store_path_root_dir=root, delete_when="04;16")
     assert cfg.delete_hours == {4, 16} and cfg.mapped_file_size_commit_log == 1 << 30 and not cfg.sync_flush
+
+
+async def test_a_failed_dispatch_is_redone_and_writes_resume_without_a_restart(
+        make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """A consume-queue put that fails (a full disk) stops writes, and its record, stored and acknowledged, cannot
+    be consumed. Once puts work again, ``retry_dispatch`` (each consume-queue flush tick) dispatches it, index keys
+    included, and writes resume: no restart needed (RocketMQ waits for one)."""
+    from brokerd.store import consume_queue
+
+    store = await make_store()
+    for i in range(3):
+        assert (await store.put_message(make_msg(body=b"m%d" % i))).status is PutStatus.PUT_OK
+    broken = {"on": True}
+    real_put = consume_queue.ConsumeQueue.put
+
+    def put(self: consume_queue.ConsumeQueue, *args: int) -> None:
+        if broken["on"]:
+            raise OSError(28, "No space left on device")
+        real_put(self, *args)
+
+    monkeypatch.setattr(consume_queue.ConsumeQueue, "put", put)
+    assert (await store.put_message(make_msg(body=b"m3", keys="k3"))).status is PutStatus.PUT_OK
+    assert store.running_flags.has(WRITE_LOGICS_QUEUE_ERROR) and store.max_offset_in_queue("TopicA", 0) == 3
+    assert not store.retry_dispatch()  # the disk is still full: writes stay stopped
+    assert (await store.put_message(make_msg(body=b"m4"))).status is not PutStatus.PUT_OK
+    broken["on"] = False
+    assert store.retry_dispatch()
+    assert not store.running_flags.has(WRITE_LOGICS_QUEUE_ERROR)
+    res = store.get_message("TopicA", 0, 0, 32)
+    assert [x.body for x in decode_records(b"".join(res.buffers))] == [b"m0", b"m1", b"m2", b"m3"]
+    assert [x.body for x in decode_records(b"".join(store.query_message("TopicA", "k3", 8, 0, 2**62).buffers))] == [b"m3"]
+    assert (await store.put_message(make_msg(body=b"m4"))).status is PutStatus.PUT_OK
+    assert not store.retry_dispatch()  # nothing left to redo
