@@ -249,7 +249,8 @@ static void hash_index_keys(Lane *l, Send *s) {
 }
 
 /* Consume-queue put, index put, a note for the listeners. A failing put is kept in l->error (the run stops
- * and the store sets its error flag; recovery redoes the dispatch), never raised: the record is stored. */
+ * and the store sets its error flag; MessageStore.retry_dispatch redoes the dispatch), never raised: the record is
+ * stored. */
 static void dispatch(Lane *l, const Send *s, PyObject *qkey, long long qoff, long long phys, long long ts,
                      PyObject *notes) {
     /* the tags code; a delayed message's is its delivery time (store time + the level's delay) */

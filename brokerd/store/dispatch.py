@@ -152,7 +152,7 @@ class Dispatcher:
     def dispatch_inline(self, msg: MessageInner, key: tuple[str, int], phys: int, size: int, qoff: int, ts: int,
                         to_cq: bool) -> None:  # fmt: skip
         """Dispatch the record the store just appended for ``msg`` at ``phys``; an I/O error sets the store's
-        WRITE_LOGICS_QUEUE_ERROR flag (recovery redoes the dispatch)."""
+        WRITE_LOGICS_QUEUE_ERROR flag (``MessageStore.retry_dispatch`` redoes the dispatch)."""
         tags = msg.tags_code
         props = msg.properties
         try:

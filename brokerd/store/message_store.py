@@ -391,7 +391,7 @@ class MessageStore:
         if dispatchable:
             next_qoff[key] = qoff + 1
         d.valid_end = phys + size
-        if not self.running_flags.bits & WRITE_LOGICS_QUEUE_ERROR:  # after a failed dispatch, recovery redoes it
+        if not self.running_flags.bits & WRITE_LOGICS_QUEUE_ERROR:  # after a failed dispatch, retry_dispatch redoes it
             d.dispatch_inline(msg, key, phys, size, qoff, ts, dispatchable)
         if self._append_listener is not None:
             self._append_listener()
