@@ -260,7 +260,10 @@ class StoreServices:
         interval = self._cfg.flush_interval_consume_queue_ms / 1000
         while True:
             await asyncio.sleep(interval)
-            self._store.retry_dispatch()
+            try:
+                self._store.retry_dispatch()
+            except Exception:  # noqa: BLE001 - a bug in the retry must not end the flushes of the logics
+                log.exception("retry_dispatch_failed")
             await self.flush_logics()
 
     # ------------------------------------------------------------ clean
