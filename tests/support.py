@@ -241,6 +241,12 @@ def rpc(addr: str, code: int, ext: dict[str, str] | None = None, body: bytes | N
     return asyncio.run(arpc(addr, code, ext, body, timeout, creds))
 
 
+def topics(addr: str) -> set[str]:
+    """The topics a broker has (GET_ALL_TOPIC_CONFIG)."""
+    r = rpc(addr, 21)
+    return set(json.loads(r.body)["topicConfigTable"]) if r.code == 0 else set()
+
+
 class Cluster:
     """An mqbrokercontainer subprocess with an embedded name server and N brokers, on free ports."""
 

@@ -17,7 +17,7 @@ from brokerd.message import decode_records
 from brokerd.remoting.client import RemotingClient
 from brokerd.remoting.command import request
 from tests.ha_cluster import HACluster
-from tests.support import ClientRun, wait_for
+from tests.support import ClientRun, topics, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -44,13 +44,6 @@ def rpc(addr: str, code: int, ext: dict[str, str], body: bytes | None = None, ti
 
 def runtime(cl: HACluster, addr: str) -> dict[str, str]:
     return asyncio.run(cl.runtime(addr))
-
-
-def topics(addr: str) -> set[str]:
-    """The topics a broker has (GET_ALL_TOPIC_CONFIG)."""
-    r = rpc(addr, 21, {})
-    body = r.body if r.code == 0 else None  # type: ignore[attr-defined]
-    return set(orjson.loads(body).get("topicConfigTable", {})) if body else set()
 
 
 def bodies(addr: str, topic: str, qid: int) -> list[bytes]:

@@ -15,7 +15,7 @@ import pytest
 from brokerd.remoting.client import RemotingClient
 from brokerd.remoting.command import request
 from tests.ha_cluster import HACluster
-from tests.support import ClientRun, wait_for
+from tests.support import ClientRun, topics, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -29,11 +29,6 @@ def call(addr: str, code: int, ext: dict[str, str] | None = None, body: bytes | 
             await cli.close()
 
     return asyncio.run(go())
-
-
-def topics(addr: str) -> set[str]:
-    r = call(addr, 21)
-    return set(orjson.loads(r.body)["topicConfigTable"]) if r.code == 0 else set()
 
 
 def groups(addr: str) -> set[str]:
