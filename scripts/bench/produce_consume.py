@@ -67,14 +67,17 @@ def broker_run(args: argparse.Namespace, tmp: pathlib.Path, flush: str) -> dict[
         if flush == "ASYNC_FLUSH":
             res["consume"] = loadgen("consume", c.broker_addr(), args, "BenchTopic", args.total)
         if args.cgen_grid:
-            res["saturation_cgen"] = saturation(c.broker_addr(), args, res["produce"])  # type: ignore[arg-type]
+            sat = saturation(c.broker_addr(), tmp / flush / "store", args, res["produce"])  # type: ignore[arg-type]
+            res["saturation_cgen"] = sat
         return res
     finally:
         c.stop()
 
 
-def saturation(addr: str, args: argparse.Namespace, python: dict[str, object]) -> dict[str, object]:
-    """The compiled generator, closed loop, at each conns x in-flight setting of --cgen-grid (a fresh topic each):
+def saturation(addr: str, store: pathlib.Path, args: argparse.Namespace,
+               python: dict[str, object]) -> dict[str, object]:
+    """The compiled generator, closed loop, at each conns x in-flight setting of --cgen-grid (a fresh topic each,
+    the broker's ``store`` settled first: see ``settle``):
     msg/s and latency per setting, the best, and its ratio to the Python generator's msg/s (``python``)."""
     if cgen.build() is None:
         return {"skipped": "no C compiler to build scripts/bench/gen.c"}
@@ -83,6 +86,7 @@ def saturation(addr: str, args: argparse.Namespace, python: dict[str, object]) -
         conns, inflight = (int(x) for x in setting.split("x"))
         topic = f"Sat{conns}x{inflight}"
         assert rpc(addr, 17, {"topic": topic, "readQueueNums": "8", "writeQueueNums": "8"}).code == 0
+        settle(store)
         r = cgen.run(addr, topic, conns=conns, inflight=inflight, total=args.total, body=args.body)
         lat = r["latency"]
         assert isinstance(lat, dict)
@@ -160,12 +164,17 @@ def merged(slices: list[dict[str, Any]]) -> dict[str, Any]:
 def shapes_run(args: argparse.Namespace, tmp: pathlib.Path, flush: str) -> dict[str, dict[str, object]]:
     """Every send shape from the compiled generator (closed loop, 8 connections x 128 in flight), in ``--rounds``
     rounds, each on a new broker (its store removed afterwards: the machine's page cache and memory stay as
-    they were), every shape in turn (in a new order each round, ``--seed``) with the previous one's data written
-    back (``os.sync``) first. Per shape:
+    they were), every shape in turn (in a new order each round, ``--seed``) with the data before it written back
+    and out of the page cache first (``settle``). Each shape's messages of a round go in ``--slices`` slices,
+    every shape in turn slice after slice; its rate is the slices' messages over their summed time. Per shape:
     its median msg/s and its median share of the round's best single-message shape (this machine's speed drifts
-    between rounds; a share compares shapes measured a few seconds apart), and how many of its messages the C
-    lane stored (the rest: the reasons Python took them). With ``--slices`` N each shape's messages of a round go
-    in N slices, every shape in turn slice after slice; its rate is the slices' messages over their summed time."""
+    between rounds; a share compares shapes measured side by side), and how many of its messages the C lane
+    stored (the rest: the reasons Python took them).
+
+    Why slices: with SYNC_FLUSH a run of 120,000 messages (~0.3 s) is at the mercy of the disk's flushes. The same
+    shape (json_uniq) run 13 times in a row on one broker, four times over, gave 328-475k msg/s, so with one slice
+    per shape a shape's share in a round says as much about when it ran as about the shape. In slices, every shape
+    sees the same stretches of the machine."""
     from scripts.bench.shapes import SHAPES, capture_shapes
 
     runs: dict[str, ShapeRuns] = {}
@@ -187,7 +196,7 @@ def shapes_run(args: argparse.Namespace, tmp: pathlib.Path, flush: str) -> dict[
                         assert rpc(c.broker_addr(), 17, {"topic": topic, "readQueueNums": "8",
                                                          "writeQueueNums": "8"}).code == 0  # fmt: skip
                     per = 16 if shape == "batch16" else 1
-                    os.sync()  # the previous shape's data written back: its writeback does not land in this one
+                    settle(root / "store")  # the previous shapes' data written back and out of the page cache
                     before = lane_counters(c)
                     r = cgen.run(c.broker_addr(), topic, shape=shape, body=args.body, conns=SATURATING[0],
                                  inflight=SATURATING[1], total=args.total // per // args.slices)
@@ -277,20 +286,39 @@ def delay_delivery(addr: str, args: argparse.Namespace) -> dict[str, object]:
             "delivered_msg_per_s": round(seen[-1][1] / span) if span > 0 else None}
 
 
-def drop_page_cache(root: pathlib.Path) -> dict[str, int]:
-    """Drop every file under ``root`` from the page cache (written back first; nothing maps them: the broker is
-    stopped): bytes resident before and after, by the kernel's own count (mincore via fincore, when present)."""
+def settle(store: pathlib.Path) -> None:
+    """Before a measured run on a broker whose store is ``store``: what earlier runs wrote is written back (its
+    writeback must not land in this run) and dropped from the page cache.
+
+    Why drop: this VM gives memory that stays free back to its host (virtio-balloon free page reporting), and the
+    first write into each such page then costs a host fault. Once a broker's page cache had grown by ~1-2 GB
+    into such memory, the same SYNC_FLUSH load ran at 160-195k msg/s instead of 400-460k: the loop thread's
+    system time per 300k messages went from ~0.2 s to ~1.1 s, half of it in the copy of its pwrite
+    (copy_folio_from_iter_atomic). So the shapes a round ran last lost to the machine, not to the broker. Pages
+    just dropped are reused by the next run while still backed: 10 runs of 300k messages on one broker stayed at
+    335-435k msg/s (without the drop: 397-463k, then 161-196k from the seventh run on). Pages a broker maps
+    (consume queues, index) stay; the commit log, the bulk, goes."""
+    os.sync()
+    drop_page_cache(store, count=False)
+
+
+def drop_page_cache(root: pathlib.Path, count: bool = True) -> dict[str, int]:
+    """Drop every file under ``root`` from the page cache (written back first; pages a running broker maps stay):
+    bytes resident before and after, by the kernel's own count (mincore via fincore, when present and ``count``)."""
     files = [p for p in root.rglob("*") if p.is_file()]
 
     def resident() -> int:
-        if not files or shutil.which("fincore") is None:
+        if not count or not files or shutil.which("fincore") is None:
             return -1
         out = subprocess.run(["fincore", "-b", "-n", "-o", "RES", *map(str, files)], capture_output=True, text=True)
         return sum(int(x) for x in out.stdout.split() if x.isdigit())
 
     before = resident()
     for p in files:
-        fd = os.open(p, os.O_RDONLY)
+        try:
+            fd = os.open(p, os.O_RDONLY)
+        except FileNotFoundError:  # a running broker's staged file renamed into place, a deleted one
+            continue
         try:
             os.fdatasync(fd)
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
@@ -311,9 +339,9 @@ def main() -> int:
                     help="every send shape side by side (ASYNC and SYNC), then consume as real clients do")
     ap.add_argument("--rounds", type=int, default=5, help="--shapes: rounds of every shape (medians reported)")
     ap.add_argument("--seed", type=int, default=15, help="--shapes: the seed of each round's shape order")
-    ap.add_argument("--slices", type=int, default=1,
+    ap.add_argument("--slices", type=int, default=4,
                     help="--shapes: each shape's messages of a round in this many slices, every shape in turn slice "
-                         "after slice (a slow phase of the machine then falls on every shape)")
+                         "after slice (a slow phase of the machine then falls on every shape; 1: one run per shape)")
     args = ap.parse_args()
     if args.shapes:
         with tempfile.TemporaryDirectory(prefix="bench-") as d:
