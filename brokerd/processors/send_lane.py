@@ -313,7 +313,7 @@ class SendLane:
 
     # ------------------------------------------------------------------ the lane
 
-    def __call__(self, conn: Connection, buf: bytearray, pos: int, out: list[bytes | memoryview]) -> int:
+    def __call__(self, conn: Connection, buf: bytes | bytearray, pos: int, out: list[bytes | memoryview]) -> int:
         store = self.broker.store
         if self._lane is None or store.layout_generation != self._gen or self._cfg is not self.broker.cfg:
             if self.broken or not self._open():
@@ -366,7 +366,8 @@ class SendLane:
             self._answer_when_acked(conn, answers, f.base + lane.wrote, now)
         return pos
 
-    def _refuse(self, conn: Connection, buf: bytearray, pos: int, out: list[bytes | memoryview], busy: str) -> int:
+    def _refuse(self, conn: Connection, buf: bytes | bytearray, pos: int, out: list[bytes | memoryview],
+                busy: str) -> int:
         """Overload: the sends from ``pos`` on are answered SYSTEM_BUSY with the remark ``busy`` and not stored
         (in C, as cheap as a refusal must be when clients resend at once), up to the first other frame."""
         lane = self._lane

@@ -203,10 +203,11 @@ def encode_binary(cmd: RemotingCommand) -> bytes:
 class FrameDecoder:
     """Accumulates bytes and yields complete commands. Raises FrameError on a malformed stream."""
 
-    __slots__ = ("_buf", "max_frame")
+    __slots__ = ("_buf", "_direct", "max_frame")
 
     def __init__(self, max_frame: int = MAX_FRAME) -> None:
-        self._buf = bytearray()
+        self._buf = bytearray()  # the bytes of an incomplete frame, between reads
+        self._direct: bytes | None = None  # the read ``append`` returned as it came
         self.max_frame = max_frame
 
     def feed(self, data: bytes) -> list[RemotingCommand]:
@@ -226,18 +227,23 @@ class FrameDecoder:
             self.consumed(pos)
         return out
 
-    def append(self, data: bytes) -> bytearray:
-        """Add received bytes; returns the buffer to read frames from with ``next`` (then call ``consumed``)."""
+    def append(self, data: bytes) -> bytes | bytearray:
+        """Add received bytes; returns the buffer to read frames from with ``next`` (then call ``consumed``): ``data``
+        itself when no incomplete frame was pending (a read that starts on a frame: no copy), else the pending
+        bytes with ``data`` appended."""
+        if not self._buf:
+            self._direct = data
+            return data
         self._buf += data
         return self._buf
 
-    def next(self, buf: bytearray, pos: int) -> tuple[RemotingCommand | None, int]:
+    def next(self, buf: bytes | bytearray, pos: int) -> tuple[RemotingCommand | None, int]:
         """The command of the complete frame at ``buf[pos:]`` and the position after it; (None, pos) when the
         frame is not complete yet. Raises FrameError on a malformed stream."""
         with memoryview(buf) as mv:
             return self._read(buf, mv, pos)
 
-    def _read(self, buf: bytearray, mv: memoryview, pos: int) -> tuple[RemotingCommand | None, int]:
+    def _read(self, buf: bytes | bytearray, mv: memoryview, pos: int) -> tuple[RemotingCommand | None, int]:
         if _native_decode is not None:
             hit = _native_decode(buf, pos, self.max_frame)
             if hit is not None:
@@ -253,8 +259,13 @@ class FrameDecoder:
         return decode_payload(mv[pos + 4:pos + 4 + total]), pos + 4 + total
 
     def consumed(self, pos: int) -> None:
-        """Drop the first ``pos`` bytes (the frames read with ``next``)."""
-        if pos:
+        """Drop the first ``pos`` bytes of the buffer ``append`` returned (the frames read with ``next``); what is
+        left (an incomplete frame) waits for the next ``append``."""
+        direct, self._direct = self._direct, None
+        if direct is not None:
+            if pos < len(direct):
+                self._buf += memoryview(direct)[pos:]
+        elif pos:
             del self._buf[:pos]
 
     @property

@@ -26,7 +26,7 @@ READS_PER_TURN = 4  # full reads of one connection per loop turn (~1 MB; see Con
 HandlerResult = RemotingCommand | None | Awaitable[RemotingCommand | None]
 # A fast lane for a dispatcher: (connection, buffer, position, response list) -> new position. It handles the
 # requests it can from the position on, appends their response frames, and stops at the first it cannot.
-Lane = Callable[["Connection", bytearray, int, list[bytes | memoryview]], int]
+Lane = Callable[["Connection", bytes | bytearray, int, list[bytes | memoryview]], int]
 # A dispatcher's access check (ACL): (connection, request) -> None to serve it, or the NO_PERMISSION remark.
 Guard = Callable[["Connection", RemotingCommand], str | None]
 

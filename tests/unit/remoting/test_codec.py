@@ -79,6 +79,24 @@ def test_split_feeding_and_pipelined_frames() -> None:
     assert dec.buffered == 0
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(1, 500), min_size=1, max_size=30), st.lists(st.binary(max_size=300), min_size=1, max_size=12))
+def test_a_stream_read_in_any_pieces_gives_every_frame_whole(cuts: list[int], bodies: list[bytes]) -> None:
+    """Reads that start on a frame are decoded in place, the others after the pending bytes: any cut, same frames."""
+    stream = b"".join(encode(RemotingCommand(code=310, opaque=i, ext={"b": "T"}, body=b)) for i, b in enumerate(bodies))
+    dec = FrameDecoder()
+    got: list[RemotingCommand] = []
+    pos = 0
+    for i in range(len(stream)):
+        if pos >= len(stream):
+            break
+        n = cuts[i % len(cuts)]
+        got += dec.feed(stream[pos:pos + n])
+        pos += n
+    assert [(c.opaque, c.body or b"") for c in got] == list(enumerate(bodies))
+    assert dec.buffered == 0
+
+
 @pytest.mark.parametrize("raw,reason", [
     (struct.pack(">i", 16 * 1024 * 1024 + 1), "out of range"),
     (struct.pack(">i", 2), "out of range"),
