@@ -57,7 +57,7 @@ from brokerd.native import native
 from brokerd.processors.admission import SendAdmission
 from brokerd.processors.flow_control import FlowControl
 from brokerd.processors.put_codes import PUT_STATUS_CODES, STORED_CODES
-from brokerd.remoting.codec import FrameDecoder
+from brokerd.remoting.codec import FrameDecoder, Received
 from brokerd.remoting.codes import ResponseCode
 from brokerd.remoting.command import RemotingCommand
 from brokerd.remoting.connection import Connection
@@ -313,7 +313,7 @@ class SendLane:
 
     # ------------------------------------------------------------------ the lane
 
-    def __call__(self, conn: Connection, buf: bytes | bytearray, pos: int, out: list[bytes | memoryview]) -> int:
+    def __call__(self, conn: Connection, buf: Received, pos: int, out: list[bytes | memoryview]) -> int:
         store = self.broker.store
         if self._lane is None or store.layout_generation != self._gen or self._cfg is not self.broker.cfg:
             if self.broken or not self._open():
@@ -366,8 +366,7 @@ class SendLane:
             self._answer_when_acked(conn, answers, f.base + lane.wrote, now)
         return pos
 
-    def _refuse(self, conn: Connection, buf: bytes | bytearray, pos: int, out: list[bytes | memoryview],
-                busy: str) -> int:
+    def _refuse(self, conn: Connection, buf: Received, pos: int, out: list[bytes | memoryview], busy: str) -> int:
         """Overload: the sends from ``pos`` on are answered SYSTEM_BUSY with the remark ``busy`` and not stored
         (in C, as cheap as a refusal must be when clients resend at once), up to the first other frame."""
         lane = self._lane

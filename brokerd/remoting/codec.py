@@ -35,6 +35,7 @@ class FrameError(Exception):
 if native is not None:
     native.setup(RemotingCommand, LANGUAGES, zlib.crc32)
 _native_decode = native.decode_frame if native is not None else None
+Received = bytes | bytearray | memoryview  # bytes read from a socket, or a view of them
 _native_head = native.encode_head if native is not None else None
 
 
@@ -207,10 +208,10 @@ class FrameDecoder:
 
     def __init__(self, max_frame: int = MAX_FRAME) -> None:
         self._buf = bytearray()  # the bytes of an incomplete frame, between reads
-        self._direct: bytes | None = None  # the read ``append`` returned as it came
+        self._direct: Received | None = None  # the read ``append`` returned as it came
         self.max_frame = max_frame
 
-    def feed(self, data: bytes) -> list[RemotingCommand]:
+    def feed(self, data: Received) -> list[RemotingCommand]:
         """Add received bytes; every command of the frames now complete."""
         buf = self.append(data)
         out: list[RemotingCommand] = []
@@ -227,7 +228,7 @@ class FrameDecoder:
             self.consumed(pos)
         return out
 
-    def append(self, data: bytes) -> bytes | bytearray:
+    def append(self, data: Received) -> Received:
         """Add received bytes; returns the buffer to read frames from with ``next`` (then call ``consumed``): ``data``
         itself when no incomplete frame was pending (a read that starts on a frame: no copy), else the pending
         bytes with ``data`` appended."""
@@ -237,13 +238,13 @@ class FrameDecoder:
         self._buf += data
         return self._buf
 
-    def next(self, buf: bytes | bytearray, pos: int) -> tuple[RemotingCommand | None, int]:
+    def next(self, buf: Received, pos: int) -> tuple[RemotingCommand | None, int]:
         """The command of the complete frame at ``buf[pos:]`` and the position after it; (None, pos) when the
         frame is not complete yet. Raises FrameError on a malformed stream."""
         with memoryview(buf) as mv:
             return self._read(buf, mv, pos)
 
-    def _read(self, buf: bytes | bytearray, mv: memoryview, pos: int) -> tuple[RemotingCommand | None, int]:
+    def _read(self, buf: Received, mv: memoryview, pos: int) -> tuple[RemotingCommand | None, int]:
         if _native_decode is not None:
             hit = _native_decode(buf, pos, self.max_frame)
             if hit is not None:

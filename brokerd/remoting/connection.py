@@ -1,4 +1,4 @@
-"""One remoting connection (asyncio Protocol) shared by servers and clients.
+"""One remoting connection (asyncio BufferedProtocol) shared by servers and clients.
 
 Both sides may send requests: a frame with the response flag completes the pending request with the same
 opaque; any other frame is a request dispatched to the processor table. Responses of synchronous handlers
@@ -9,24 +9,25 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, cast
 
 import structlog
 
-from brokerd.remoting.codec import MAX_FRAME, FrameDecoder, FrameError, encode, encode_parts
+from brokerd.remoting.codec import MAX_FRAME, FrameDecoder, FrameError, Received, encode, encode_parts
 from brokerd.remoting.codes import ResponseCode
 from brokerd.remoting.command import FLAG_ONEWAY, FLAG_RESPONSE, HeaderError, RemotingCommand
 
 log = structlog.get_logger("remoting")
 
-FULL_READ = 256_000  # uvloop's read buffer (asyncio's: 256 KiB): a read this large left more in the socket
+FULL_READ = 256_000  # the read buffer (``_ReadBuffer``; uvloop's own is as large): a read this large left more
 READS_PER_TURN = 4  # full reads of one connection per loop turn (~1 MB; see Connection._yield_reading)
 
 HandlerResult = RemotingCommand | None | Awaitable[RemotingCommand | None]
 # A fast lane for a dispatcher: (connection, buffer, position, response list) -> new position. It handles the
 # requests it can from the position on, appends their response frames, and stops at the first it cannot.
-Lane = Callable[["Connection", bytes | bytearray, int, list[bytes | memoryview]], int]
+Lane = Callable[["Connection", Received, int, list[bytes | memoryview]], int]
 # A dispatcher's access check (ACL): (connection, request) -> None to serve it, or the NO_PERMISSION remark.
 Guard = Callable[["Connection", RemotingCommand], str | None]
 
@@ -103,7 +104,20 @@ def _error_response(cmd: RemotingCommand, exc: BaseException) -> RemotingCommand
     return cmd.response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
 
 
-class Connection(asyncio.Protocol):
+class _ReadBuffer(threading.local):
+    """The buffer every read of a thread's connections lands in (``Connection.get_buffer``): an event loop reads one
+    socket at a time and each read is handled before the next, so one buffer per thread (its loop) serves them all.
+    A read is decoded where the kernel put it, not copied into a new bytes object first; what a read leaves over
+    (the start of a frame still arriving) is copied out by ``FrameDecoder.consumed``."""
+
+    def __init__(self) -> None:
+        self.view = memoryview(bytearray(FULL_READ))
+
+
+_reads = _ReadBuffer()
+
+
+class Connection(asyncio.BufferedProtocol):
     def __init__(
         self,
         dispatcher: Dispatcher | None,
@@ -131,7 +145,7 @@ class Connection(asyncio.Protocol):
         self._full_reads = 0
         self._later: list[bytes | memoryview] = []  # frames queued by ``write_soon``
 
-    # -- asyncio.Protocol ---------------------------------------------------------------------------------
+    # -- asyncio.BufferedProtocol -----------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's transports don't subclass asyncio's
@@ -142,7 +156,14 @@ class Connection(asyncio.Protocol):
         if sock:
             self.local_addr = (sock[0], sock[1])
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return _reads.view
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.data_received(_reads.view[:nbytes])
+
+    def data_received(self, data: Received) -> None:
+        """One read's bytes: nothing may keep them (or a view of them) after this returns."""
         out: list[bytes | memoryview] = []
         try:
             lane = self.dispatcher.lane if self.dispatcher is not None else None
@@ -189,7 +210,7 @@ class Connection(asyncio.Protocol):
     def _may_read(self) -> bool:
         return not self._read_held and not self._read_yielded and not (self._paused and self._read_backpressure)
 
-    def _lane_and_dispatch(self, lane: Lane, data: bytes, out: list[bytes | memoryview]) -> None:
+    def _lane_and_dispatch(self, lane: Lane, data: Received, out: list[bytes | memoryview]) -> None:
         """The lane takes what it can from the buffer; each frame it stops at is dispatched here, in order."""
         dec = self._decoder
         buf = dec.append(data)
@@ -215,6 +236,11 @@ class Connection(asyncio.Protocol):
     @property
     def max_frame(self) -> int:
         return self._decoder.max_frame
+
+    @property
+    def buffered(self) -> int:
+        """Bytes of a frame received in part, waiting for the rest."""
+        return self._decoder.buffered
 
     def write_frames(self, out: list[bytes | memoryview]) -> None:
         """Write already encoded frames (one writelines)."""

@@ -194,6 +194,32 @@ async def test_fuzzed_garbage_never_hurts_other_connections(server: RemotingServ
         await client.close()
 
 
+async def test_a_frame_cut_between_reads_survives_other_connections_reads(server: RemotingServer) -> None:
+    """Every connection's reads land in one buffer per loop: what a read leaves of a frame must be kept apart, as
+    another connection's read in between overwrites that buffer."""
+    body = bytes(range(256)) * 64
+    frame = encode(request(1, {"v": "cut"}, body=body))
+    r, w = await asyncio.open_connection("127.0.0.1", server.port)
+    try:
+        w.write(frame[:9000])
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 5
+        while not any(c.buffered == 9000 for c in server.connections):
+            assert loop.time() < deadline, "the server did not read the frame's first part"
+            await asyncio.sleep(0.005)  # sleep-ok: polling a condition with a deadline
+        other = await raw_exchange(server.port, encode(request(1, {"v": "other"}, body=body[::-1])), 1)
+        assert other[0].body == body[::-1]  # 16 KiB read into the buffer over the first part's 9,000 bytes
+        w.write(frame[9000:])
+        dec, got = FrameDecoder(), []
+        while not got:
+            chunk = await asyncio.wait_for(r.read(65536), 5)
+            assert chunk, "the server closed the connection: the frame's first part was lost"
+            got += dec.feed(chunk)
+        assert got[0].ext["echo"] == "cut" and got[0].body == body
+    finally:
+        w.close()
+
+
 async def test_tests_run_on_uvloop_like_the_daemons() -> None:
     import uvloop
 
