@@ -27,6 +27,8 @@ _I32 = struct.Struct(">i")
 _PREFIX = struct.Struct(">iI")
 _BIN_FIXED = struct.Struct(">hBhiii")
 
+Received = bytes | bytearray | memoryview  # bytes read from a socket, or a view of them
+
 
 class FrameError(Exception):
     """The byte stream is not a valid frame; the connection must be closed."""
@@ -35,7 +37,6 @@ class FrameError(Exception):
 if native is not None:
     native.setup(RemotingCommand, LANGUAGES, zlib.crc32)
 _native_decode = native.decode_frame if native is not None else None
-Received = bytes | bytearray | memoryview  # bytes read from a socket, or a view of them
 _native_head = native.encode_head if native is not None else None
 
 

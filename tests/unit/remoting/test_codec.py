@@ -80,10 +80,12 @@ def test_split_feeding_and_pipelined_frames() -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.integers(1, 500), min_size=1, max_size=30), st.lists(st.binary(max_size=300), min_size=1, max_size=12))
+@given(st.lists(st.integers(1, 500), min_size=1, max_size=30),
+       st.lists(st.binary(max_size=300), min_size=1, max_size=12))
 def test_a_stream_read_in_any_pieces_gives_every_frame_whole(cuts: list[int], bodies: list[bytes]) -> None:
     """Reads that start on a frame are decoded in place, the others after the pending bytes: any cut, same frames."""
-    stream = b"".join(encode(RemotingCommand(code=310, opaque=i, ext={"b": "T"}, body=b)) for i, b in enumerate(bodies))
+    stream = b"".join(encode(RemotingCommand(code=310, opaque=i, ext={"b": "T"}, body=b))
+                      for i, b in enumerate(bodies))
     dec = FrameDecoder()
     got: list[RemotingCommand] = []
     pos = 0
