@@ -205,11 +205,10 @@ def encode_binary(cmd: RemotingCommand) -> bytes:
 class FrameDecoder:
     """Accumulates bytes and yields complete commands. Raises FrameError on a malformed stream."""
 
-    __slots__ = ("_buf", "_direct", "max_frame")
+    __slots__ = ("_buf", "max_frame")
 
     def __init__(self, max_frame: int = MAX_FRAME) -> None:
         self._buf = bytearray()  # the bytes of an incomplete frame, between reads
-        self._direct: Received | None = None  # the read ``append`` returned as it came
         self.max_frame = max_frame
 
     def feed(self, data: Received) -> list[RemotingCommand]:
@@ -226,7 +225,7 @@ class FrameDecoder:
                 out.append(cmd)
         finally:
             mv.release()
-            self.consumed(pos)
+            self.consumed(buf, pos)
         return out
 
     def append(self, data: Received) -> Received:
@@ -234,7 +233,6 @@ class FrameDecoder:
         itself when no incomplete frame was pending (a read that starts on a frame: no copy), else the pending
         bytes with ``data`` appended."""
         if not self._buf:
-            self._direct = data
             return data
         self._buf += data
         return self._buf
@@ -260,13 +258,12 @@ class FrameDecoder:
             return None, pos
         return decode_payload(mv[pos + 4:pos + 4 + total]), pos + 4 + total
 
-    def consumed(self, pos: int) -> None:
-        """Drop the first ``pos`` bytes of the buffer ``append`` returned (the frames read with ``next``); what is
-        left (an incomplete frame) waits for the next ``append``."""
-        direct, self._direct = self._direct, None
-        if direct is not None:
-            if pos < len(direct):
-                self._buf += memoryview(direct)[pos:]
+    def consumed(self, buf: Received, pos: int) -> None:
+        """``buf`` (what ``append`` returned) was read up to ``pos`` (the frames read with ``next``): what is left of
+        it (an incomplete frame) waits for the next ``append``, copied when ``buf`` was the read itself."""
+        if buf is not self._buf:
+            if pos < len(buf):
+                self._buf += memoryview(buf)[pos:]
         elif pos:
             del self._buf[:pos]
 

@@ -223,7 +223,7 @@ class Connection(asyncio.BufferedProtocol):
                     break
                 self._handle(cmd, out)
         finally:
-            dec.consumed(pos)
+            dec.consumed(buf, pos)
 
     def _handle(self, cmd: RemotingCommand, out: list[bytes | memoryview]) -> None:
         if cmd.flag & FLAG_RESPONSE:
