@@ -303,6 +303,23 @@ class Cluster:
         return {"NAMESRV": self.namesrv, **kw}
 
 
+class ConsumeQueueFault:
+    """Every consume-queue put failing with OSError ``err`` (a full disk, a broken one) while ``on`` is True."""
+
+    def __init__(self, monkeypatch: Any, err: int, *, on: bool = False) -> None:
+        from brokerd.store import consume_queue
+
+        self.on = on
+        real = consume_queue.ConsumeQueue.put
+
+        def put(cq: Any, *args: int) -> None:
+            if self.on:
+                raise OSError(err, os.strerror(err))
+            real(cq, *args)
+
+        monkeypatch.setattr(consume_queue.ConsumeQueue, "put", put)
+
+
 class DiskFault:
     """A store's commit-log flushes (its services' syncer) stalled or failing, as a hanging or broken disk:
     ``stall()`` parks every sync job until ``release()`` runs them; ``fail(err)`` answers every job ``err``."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import errno
 import json
 import os
 import random
@@ -26,7 +27,7 @@ from brokerd.remoting.codec import FrameDecoder
 from brokerd.remoting.codes import ResponseCode
 from brokerd.remoting.connection import Connection
 from brokerd.store.flags import NOT_WRITEABLE, WRITE_LOGICS_QUEUE_ERROR
-from tests.support import DiskFault
+from tests.support import ConsumeQueueFault, DiskFault
 
 pytestmark = pytest.mark.skipif(native is None, reason="brokerd._native is not built / BROKERD_NATIVE=0")
 
@@ -333,26 +334,16 @@ async def test_records_survive_restart_and_segment_rolls_inside_one_read(tmp_pat
 
 async def test_a_failed_consume_queue_write_flags_the_store_as_the_python_path_does(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
-    from brokerd.store import consume_queue
-
-    broken = {"on": False}
-    real_put = consume_queue.ConsumeQueue.put
-
-    def put(self: consume_queue.ConsumeQueue, *args: int) -> None:
-        if broken["on"]:
-            raise OSError(5, "injected I/O error")
-        real_put(self, *args)
-
-    monkeypatch.setattr(consume_queue.ConsumeQueue, "put", put)
+    broken = ConsumeQueueFault(monkeypatch, errno.EIO)
     codes = {}
     for name, lane in (("a", True), ("b", False)):
         b, conn, tr = await start_broker(tmp_path / name, lane)
         try:
             feed(conn, [send(i, "LaneA", i % 4, {"UNIQ_KEY": f"F{i:031d}"}, b"x") for i in range(1, 9)], 1)
-            broken["on"] = True
+            broken.on = True
             conn.data_received(b"".join(send(i, "LaneA", i % 4, {"UNIQ_KEY": f"F{i:031d}"}, b"y")
                                         for i in range(9, 13)))  # fmt: skip
-            broken["on"] = False
+            broken.on = False
             # all but the first send into the empty store (Python creates the first segment), one of the broken
             assert not lane or (b.send_lane is not None and b.send_lane.handled == 8)
             codes[name] = [c.code for c in sorted(tr.frames, key=lambda c: c.opaque)]

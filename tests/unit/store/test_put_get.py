@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import struct
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from brokerd.store.config import StoreConfig
 from brokerd.store.flags import WRITE_LOGICS_QUEUE_ERROR
 from brokerd.store.results import GetMessageStatus as G
 from brokerd.store.results import PutStatus
+from tests.support import ConsumeQueueFault
 
 from .conftest import STORE_HOST, StoreFactory, make_msg
 
@@ -264,25 +266,15 @@ async def test_a_failed_dispatch_is_redone_and_writes_resume_without_a_restart(
     """A consume-queue put that fails (a full disk) stops writes, and its record, stored and acknowledged, cannot
     be consumed. Once puts work again, ``retry_dispatch`` (each consume-queue flush tick) dispatches it, index keys
     included, and writes resume: no restart needed (RocketMQ waits for one)."""
-    from brokerd.store import consume_queue
-
     store = await make_store()
     for i in range(3):
         assert (await store.put_message(make_msg(body=b"m%d" % i))).status is PutStatus.PUT_OK
-    broken = {"on": True}
-    real_put = consume_queue.ConsumeQueue.put
-
-    def put(self: consume_queue.ConsumeQueue, *args: int) -> None:
-        if broken["on"]:
-            raise OSError(28, "No space left on device")
-        real_put(self, *args)
-
-    monkeypatch.setattr(consume_queue.ConsumeQueue, "put", put)
+    broken = ConsumeQueueFault(monkeypatch, errno.ENOSPC, on=True)
     assert (await store.put_message(make_msg(body=b"m3", keys="k3"))).status is PutStatus.PUT_OK
     assert store.running_flags.has(WRITE_LOGICS_QUEUE_ERROR) and store.max_offset_in_queue("TopicA", 0) == 3
     assert not store.retry_dispatch()  # the disk is still full: writes stay stopped
     assert (await store.put_message(make_msg(body=b"m4"))).status is not PutStatus.PUT_OK
-    broken["on"] = False
+    broken.on = False
     assert store.retry_dispatch()
     assert not store.running_flags.has(WRITE_LOGICS_QUEUE_ERROR)
     res = store.get_message("TopicA", 0, 0, 32)
