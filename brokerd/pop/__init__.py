@@ -1,0 +1,1 @@
+"""POP consumption (RocketMQ 5): see the package modules."""
