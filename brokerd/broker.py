@@ -9,8 +9,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
-import shutil
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -20,13 +18,16 @@ from brokerd.acl import BROKER_ADMIN_CODES
 from brokerd.acl.glue import AclGuard, signing_client
 from brokerd.broker_config import BrokerConfig
 from brokerd.clients import ConsumerManager, ProducerManager, RebalanceLockManager
-from brokerd.config_file import build_config, config_to_properties, snake_to_camel
+from brokerd.config_file import build_config, config_to_properties, persist_properties, snake_to_camel
 from brokerd.context import BrokerStats
+from brokerd.ha.service import HAService
 from brokerd.metadata import BrokerMetadata, MetadataChange
+from brokerd.metadata.persist import PersistJob
 from brokerd.metadata.topic import PERM_READ, PERM_WRITE
 from brokerd.metadata.version import DataVersion
 from brokerd.namesrv.client import RegisterBrokerResult, register_broker, unregister_broker
-from brokerd.processors.admin import AdminProcessor
+from brokerd.pop.module import PopModule
+from brokerd.processors.admin_families import register_admin
 from brokerd.processors.client import ClientProcessor, notify_consumer_ids_changed
 from brokerd.processors.offsets import OffsetProcessor
 from brokerd.processors.pull import PullProcessor
@@ -38,9 +39,12 @@ from brokerd.remoting.client import RemotingClient
 from brokerd.remoting.connection import Dispatcher, Handler
 from brokerd.replication import BrokerReplication
 from brokerd.schedule import ScheduleService
+from brokerd.stats import BrokerStatsManager, StatsSampler, observe_put_times, runtime_keys
 from brokerd.store import syncer
 from brokerd.store.config import StoreConfig
 from brokerd.store.message_store import MessageStore
+from brokerd.timer.recall import RecallProcessor
+from brokerd.timer.service import TimerService
 
 LIVE_KEYS = frozenset({"brokerPermission", "registerNameServerPeriod", "longPollingEnable", "shortPollingTimeMills",
                        "autoCreateTopicEnable", "autoCreateSubscriptionGroup", "namesrvAddr",
@@ -76,6 +80,7 @@ class Broker:
         self._namesrv_override = namesrv_addrs
         self.log = structlog.get_logger("broker").bind(broker=cfg.identity)
         self.stats = BrokerStats()
+        self.stats_manager = BrokerStatsManager(cfg.broker_cluster_name, interval_ms=cfg.stats_sampling_interval)
         self.config_version = DataVersion()
         self.store = MessageStore(store_config_of(cfg), store_host=(cfg.broker_ip1, cfg.listen_port))
         self.meta = BrokerMetadata(
@@ -91,6 +96,7 @@ class Broker:
         self.producers = ProducerManager()
         self.locks = RebalanceLockManager()
         self.schedule = ScheduleService(self)
+        self.timers = TimerService(self)  # timer messages (RocketMQ 5, RIP-43; docs/timer.md)
         self.dispatcher = Dispatcher(cfg.identity)
         self.fast_dispatcher = Dispatcher(cfg.identity + ":fast")
         self.pull = PullProcessor(self)
@@ -98,16 +104,28 @@ class Broker:
         self.transactions = TransactionProcessor(self)
         self.send_lane = send.lane
         self.send_admission = send.admission
+        observe_put_times(send.admission, self.stats_manager)  # putMessageDistributeTime & co (brokerd/stats.py)
         self.dispatcher.lane = self.fast_dispatcher.lane = send.lane
+        # a read kept past a loop turn is handled as soon as its sends would be refused (remoting/turns.py)
+        self.dispatcher.stale_after = self.fast_dispatcher.stale_after = send.admission.stale_after
         if send.lane is not None:  # sends to a retry topic go to the DLQ while its group holds orderly locks
             self.locks.on_locked = send.lane.forget_retry
         self.dispatcher.guard = self.fast_dispatcher.guard = self.acl
         for proc in (send, self.transactions, self.pull, OffsetProcessor(self), ClientProcessor(self),
-                     SendBackProcessor(self), QueryProcessor(self), AdminProcessor(self)):
+                     SendBackProcessor(self), QueryProcessor(self)):
             table: dict[int, Handler] = proc.handlers()  # type: ignore[assignment]
             self.dispatcher.register_all(table)
             self.fast_dispatcher.register_all({c: h for c, h in table.items() if c not in (11, 361)})
+        register_admin(self, self.dispatcher, self.fast_dispatcher)  # the admin families (processors/admin_families.py)
         self.dispatcher.register_all(self.replication.handlers())
+        recall = RecallProcessor(self, self.timers).handlers()  # RECALL_MESSAGE (370), on both ports
+        self.dispatcher.register_all(recall)
+        self.fast_dispatcher.register_all(recall)
+        self.pop = PopModule(self)  # POP consumption (RocketMQ 5): 200050.. and 400-402, on both ports
+        pop_handlers: dict[int, Handler] = self.pop.handlers()  # type: ignore[assignment]
+        self.dispatcher.register_all(pop_handlers)
+        self.fast_dispatcher.register_all(pop_handlers)
+        self.pop.wrap_admin(self.dispatcher, self.fast_dispatcher)  # admin offset resets move POP positions
         # requests that reach the ports (bound by the container) before the store is recovered are answered
         # SYSTEM_BUSY: an answer from a half-loaded store (e.g. PULL_OFFSET_MOVED) would send consumers back
         self.dispatcher.not_ready = self.fast_dispatcher.not_ready = "broker starting: recovering its store"
@@ -129,8 +147,13 @@ class Broker:
         await self.replication.start()
         self.meta.hub.add_observer(self)
         self.schedule.start()
+        await self.timers.start()
         self.transactions.start()
+        self.pop.start()
         self._tasks = [asyncio.create_task(self._register_loop()), asyncio.create_task(self._housekeeping())]
+        sampler = self._stats_sampler()
+        sampler.baseline()  # puts are counted from now on (before the first request is served)
+        self._tasks.append(asyncio.create_task(sampler.run()))
         self.status = "running"
         self.dispatcher.not_ready = self.fast_dispatcher.not_ready = None
         self.log.info("broker_started", addr=self.cfg.broker_addr, role=self.cfg.broker_role)
@@ -144,12 +167,12 @@ class Broker:
 
     async def shutdown(self) -> None:
         self.status = "stopping"
-        for t in self._tasks + ([self._register_soon] if self._register_soon else []):
-            t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await cancel_and_wait(self._tasks + ([self._register_soon] if self._register_soon else []))
         await self.replication.stop()
         await self.schedule.stop()
+        await self.timers.stop()
         await self.transactions.stop()
+        self.pop.stop()
         self.pull.hold.wake_all()
         await self._unregister_all()
         self.meta.persist_all()
@@ -228,12 +251,21 @@ class Broker:
             await self.register_all()
             await asyncio.sleep(max(1.0, self.cfg.register_name_server_period / 1000.0))  # sleep-ok: period
 
+    def _stats_sampler(self) -> StatsSampler:
+        st = self.store
+        return StatsSampler(self.stats_manager, queues=lambda: st.queue_store.queues, counting=self.is_master,
+                            puts_total=lambda: self.stats.msgs_in, gets_total=lambda: self.stats.msgs_out,
+                            dispatch_behind=lambda: max(0, st.max_phy_offset - st.dispatched_offset),
+                            topics=self.meta.topics.all)
+
     async def _housekeeping(self) -> None:
         period = self.cfg.flush_consumer_offset_interval / 1000.0
         while True:
             await asyncio.sleep(period)  # sleep-ok: periodic timer
             try:
-                self.meta.persist_all()
+                jobs = self.meta.prepare_persist_all()  # encoded here; written and fsynced off the loop
+                if jobs:
+                    await asyncio.to_thread(_run_persist_jobs, jobs)
                 self.consumers.expire(self.cfg.channel_expired_timeout / 1000.0)
                 self.producers.expire(self.cfg.channel_expired_timeout / 1000.0)
             except Exception as e:  # noqa: BLE001 - contained to this broker, visible in its status
@@ -280,6 +312,7 @@ class Broker:
             self.identity_listener(old.identity, self.cfg.identity)
         if not self.is_master():
             self.pull.hold.wake_all()
+        self.pop.on_role()
         await self.register_all()
 
     def health(self) -> tuple[str, str]:
@@ -288,6 +321,11 @@ class Broker:
         if self.status == "running" and (err or not self.store.is_writeable()):
             return "degraded", err or "store not writeable: " + ",".join(self.store.running_flags.names())
         return self.status, err
+
+    @property
+    def ha(self) -> HAService:
+        """The HA service (GET_BROKER_HA_STATUS reports it)."""
+        return self.replication.ha
 
     def ha_status(self) -> dict[str, Any]:
         return self.replication.status()
@@ -305,7 +343,7 @@ class Broker:
         self.store.apply_live_config(store_config_of(self.cfg))
         self.config_version.next_version()
         if self.config_path:
-            _persist_properties(self.config_path, props)
+            persist_properties(self.config_path, props)
         if "brokerPermission" in props:
             asyncio.get_running_loop().create_task(self.register_all())
 
@@ -325,30 +363,33 @@ class Broker:
             "haServerAddr": f"{self.cfg.broker_ip1}:{self.replication.ha.port}",
             "masterEpoch": self.replication.master_epoch, "masterAddr": self.master_addr or "",
             **self.replication.sync_counters(),
+            **(self.replication.msync.snapshot_info() if self.replication.msync is not None else {}),
+            **self.timers.runtime_info(),
             "sendLaneMsgs": lane.handled if lane is not None else 0, "aclDenied": self.acl_denied,
             **({f"sendLaneAclMiss.{k}": v for k, v in lane.acl_misses().items()} if lane and self.acl else {}),
-            "bootTimestamp": int(time.time() * 1000), "status": self.health()[0], "lastError": self.health()[1],
+            **runtime_keys(self.stats_manager),
+            "bootTimestamp": self.stats_manager.boot_ms, "status": self.health()[0], "lastError": self.health()[1],
         }
 
 
-def _persist_properties(path: str, changes: dict[str, str]) -> None:
-    """Rewrite changed keys of a RocketMQ properties file atomically, keeping comments and order."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        lines = []
-    seen = set()
-    out = []
-    for line in lines:
-        key = line.split("=", 1)[0].strip()
-        if "=" in line and key in changes and not line.lstrip().startswith("#"):
-            out.append(f"{key}={changes[key]}")
-            seen.add(key)
-        else:
-            out.append(line)
-    out += [f"{k}={v}" for k, v in changes.items() if k not in seen]
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write("\n".join(out) + "\n")
-    shutil.move(tmp, path)
+def _run_persist_jobs(jobs: list[PersistJob]) -> None:
+    """Write every job (a failed one stays dirty for the next round), then raise the first error."""
+    first: OSError | None = None
+    for job in jobs:
+        try:
+            job.run()
+        except OSError as e:
+            first = first or e
+    if first is not None:
+        raise first
+
+
+async def cancel_and_wait(tasks: list[asyncio.Task[Any]]) -> None:
+    """Cancel ``tasks`` and wait until they are done, cancelling again any that swallowed the cancellation (Python
+    3.11's ``asyncio.wait_for`` drops one that lands as the future it waits for completes: a registration loop
+    that lost it would run on and hang the shutdown)."""
+    pending = {t for t in tasks if not t.done()}
+    while pending:
+        for t in pending:
+            t.cancel()
+        _, pending = await asyncio.wait(pending, timeout=0.5)

@@ -80,6 +80,7 @@ class BrokerConfig:
     region_id: str = "DefaultRegion"
     trace_on: bool = True
     flush_consumer_offset_interval: int = 5000
+    stats_sampling_interval: int = 10_000  # not a RocketMQ key: ms between broker statistics samples (RocketMQ: 10 s)
     transaction_time_out: int = 6000  # ms before an unfinished half message's producer is asked
     transaction_check_max: int = 15  # asks before the half message is given up (TRANS_CHECK_MAX_TIME_TOPIC)
     transaction_check_interval: int = 60_000  # ms between passes of the check service
@@ -137,6 +138,26 @@ class BrokerConfig:
     acl_file_path: str = ""  # plain_acl.yml; "" = plain_acl.yml next to this broker's config file
     acl_access_key: str = ""  # not RocketMQ keys: the account this broker signs its own requests with
     acl_secret_key: str = ""  # (name-server registration, a slave's metadata pulls)
+    # POP consumption (RocketMQ 5; docs/pop.md)
+    pop_polling_size: int = 1024  # parked POP requests per topic, group and queue (more: POLLING_FULL)
+    max_pop_polling_size: int = 100_000  # parked POP requests of the broker
+    pop_inflight_message_threshold: int = 10_000  # messages in flight per POP queue: a queue past it is not popped
+    enable_retry_topic_v2: bool = False  # POP retry topics %RETRY%group+topic instead of %RETRY%group_topic
+    pop_from_retry_probability: int = 20  # % of pops that read the group's retry topic first
+    default_message_request_mode: str = "PULL"  # QUERY_ASSIGNMENT's mode for a group and topic without one set
+    default_pop_share_queue_num: int = -1
+    server_load_balancer_enable: bool = True
+    pop_min_invisible_time_mills: int = 1  # not RocketMQ keys: the invisibleTime a POP or a change may ask
+    max_invisible_time_mills: int = 12 * 3_600_000
+    pop_revive_snapshot_records: int = 10_000  # not a RocketMQ key: revive-log records between state snapshots
+    # timer messages (RocketMQ 5, RIP-43; docs/timer.md)
+    timer_wheel_enable: bool = True
+    timer_precision_ms: int = 1000  # 100, 200, 500 or 1000 (RocketMQ's precisions)
+    timer_max_delay_sec: int = 3 * 86_400  # a timer further ahead is refused (MESSAGE_ILLEGAL)
+    timer_roll_window_slot: int = 2 * 86_400  # wheel slots (of timerPrecisionMs): timers further ahead are rolled
+    timer_flush_interval_ms: int = 1000  # how often the timer index is snapshotted
+    recall_message_enable: bool = False  # RECALL_MESSAGE (370) is answered (RocketMQ's default: off)
+    allow_recall_when_broker_not_writeable: bool = True
 
     def __post_init__(self) -> None:
         if not self.broker_name or not re.fullmatch(r"[A-Za-z0-9_.\-]+", self.broker_name):
@@ -184,7 +205,8 @@ class BrokerConfig:
                          ("metadataSnapshotInterval", self.metadata_snapshot_interval),
                          ("waitTimeMillsInSendQueue", self.wait_time_mills_in_send_queue),
                          ("sendThreadPoolQueueCapacity", self.send_thread_pool_queue_capacity),
-                         ("osPageCacheBusyTimeOutMills", self.os_page_cache_busy_time_out_mills)):
+                         ("osPageCacheBusyTimeOutMills", self.os_page_cache_busy_time_out_mills),
+                         ("statsSamplingInterval", self.stats_sampling_interval)):
             if val <= 0:
                 raise ConfigError(f"{key}: must be > 0, got {val}")
         for key, r in (("diskSpaceWarningLevelRatio", self.disk_space_warning_level_ratio),
@@ -213,6 +235,33 @@ class BrokerConfig:
             raise ConfigError("aclAccessKey: aclAccessKey and aclSecretKey are set together")
         if self.tiered_store_enable:
             self._validate_tiered()
+        self._validate_pop()
+        self._validate_timer()
+
+    def _validate_pop(self) -> None:
+        for key, val in (("popPollingSize", self.pop_polling_size), ("maxPopPollingSize", self.max_pop_polling_size),
+                         ("popInflightMessageThreshold", self.pop_inflight_message_threshold),
+                         ("popMinInvisibleTimeMills", self.pop_min_invisible_time_mills),
+                         ("popReviveSnapshotRecords", self.pop_revive_snapshot_records)):  # fmt: skip
+            if val <= 0:
+                raise ConfigError(f"{key}: must be > 0, got {val}")
+        if self.max_invisible_time_mills < self.pop_min_invisible_time_mills:
+            raise ConfigError("maxInvisibleTimeMills: must be >= popMinInvisibleTimeMills")
+        if not 0 <= self.pop_from_retry_probability <= 100:
+            raise ConfigError("popFromRetryProbability: must be in 0..100")
+        if self.default_message_request_mode not in ("PULL", "POP"):
+            raise ConfigError("defaultMessageRequestMode: must be PULL or POP")
+
+    def _validate_timer(self) -> None:
+        if self.timer_precision_ms not in (100, 200, 500, 1000):
+            raise ConfigError(f"timerPrecisionMs: must be 100, 200, 500 or 1000, got {self.timer_precision_ms}")
+        for key, val in (("timerMaxDelaySec", self.timer_max_delay_sec), ("timerRollWindowSlot", self.timer_roll_window_slot),
+                         ("timerFlushIntervalMs", self.timer_flush_interval_ms)):  # fmt: skip
+            if val <= 0:
+                raise ConfigError(f"{key}: must be > 0, got {val}")
+        if self.timer_roll_window_slot > 50_000_000:
+            raise ConfigError(f"timerRollWindowSlot: at most 50000000 (the wheel's slots live in memory), got "
+                              f"{self.timer_roll_window_slot}")
 
     def _validate_tiered(self) -> None:
         provider = self.tiered_backend_service_provider

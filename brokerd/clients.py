@@ -1,14 +1,23 @@
-"""Consumer/producer connection registry, subscription data and orderly-consumer queue locks."""
+"""Consumer/producer connection registry, subscription data and orderly-consumer queue locks; what the broker
+sends its clients on an admin's behalf (RESET_CONSUMER_CLIENT_OFFSET, requests forwarded to one consumer)."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
+
+import orjson
 
 from brokerd.message import java_string_hash
+from brokerd.remoting.codes import RequestCode
+from brokerd.remoting.command import RemotingCommand, request
 from brokerd.remoting.connection import Connection
+
+# MQVersion ordinals: the client versions that understand a reset-offset notification / a forwarded request
+V3_0_7_SNAPSHOT: Final = 28
+V3_1_8_SNAPSHOT: Final = 62
 
 CONSUME_TYPES = ("CONSUME_ACTIVELY", "CONSUME_PASSIVELY", "CONSUME_POP")
 MESSAGE_MODELS = ("BROADCASTING", "CLUSTERING")
@@ -77,6 +86,24 @@ class ClientChannel:
     language: str = "JAVA"
     version: int = 0
 
+    def connection_json(self) -> dict[str, Any]:
+        """RocketMQ's `Connection` (GET_CONSUMER/PRODUCER_CONNECTION_LIST)."""
+        return {"clientAddr": client_addr(self.conn), "clientId": self.client_id, "language": self.language,
+                "version": self.version}
+
+
+def client_addr(conn: Connection) -> str:
+    """The peer as RocketMQ's RemotingHelper.parseChannelRemoteAddr writes it: ``ip:port``."""
+    host, port = conn.remote_addr[0], conn.remote_addr[1]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def mq_map(entries: Iterable[tuple[dict[str, Any], Any]]) -> orjson.Fragment:
+    """A Java `Map<MessageQueue, V>` as fastjson writes it: the keys are JSON objects, not strings
+    (`{{"brokerName":"b","queueId":0,"topic":"T"}:{...}}`), which fastjson (every Java client) reads back."""
+    parts = [orjson.dumps(k) + b":" + orjson.dumps(v) for k, v in entries]
+    return orjson.Fragment(b"{" + b",".join(parts) + b"}")
+
 
 @dataclass
 class ConsumerGroupInfo:
@@ -96,6 +123,9 @@ class ConsumerManager:
 
     def __init__(self, on_change: Callable[[str], None], now: Callable[[], float] = time.monotonic) -> None:
         self.groups: dict[str, ConsumerGroupInfo] = {}
+        # RocketMQ's consumerCompensationTable: consumers that consume without heartbeats (POP), by group; shown
+        # by consumerConnection / consumerProgress, no part of rebalancing or NOTIFY_CONSUMER_IDS_CHANGED
+        self.compensation: dict[str, ConsumerGroupInfo] = {}
         self.on_change = on_change
         self.now = now
 
@@ -139,11 +169,61 @@ class ConsumerManager:
                 if ch.last_update < cutoff or not conn.is_open:
                     removed.append(ch.client_id)
                     self.unregister(conn, info.group)
+        for info in list(self.compensation.values()):
+            for conn, ch in list(info.channels.items()):
+                if ch.last_update < cutoff or not conn.is_open:
+                    self.forget_compensated(conn, info.group)
         return removed
 
-    def find_subscription(self, group: str, topic: str) -> SubscriptionData | None:
+    def compensate(self, conn: Connection, group: str, consume_type: str, language: str,
+                   version: int) -> ConsumerGroupInfo:  # fmt: skip
+        """A request of a consumer that sends no heartbeat (RocketMQ's compensateBasicConsumerInfo): its group
+        (CLUSTERING) and connection, refreshed; the caller keeps ``subscriptions`` (compensateSubscribeData)."""
+        info = self.compensation.get(group)
+        if info is None:
+            info = self.compensation[group] = ConsumerGroupInfo(group, consume_type, "CLUSTERING")
+        ch = info.channels.get(conn)
+        if ch is None:
+            info.channels[conn] = ClientChannel(client_addr(conn), conn, self.now(), language, version)
+        else:
+            ch.last_update = self.now()
+        return info
+
+    def forget_compensated(self, conn: Connection, group: str | None = None) -> None:
+        for name in [group] if group else list(self.compensation):
+            info = self.compensation.get(name)
+            if info is not None and info.channels.pop(conn, None) is not None and not info.channels:
+                del self.compensation[name]
+
+    def group_info(self, group: str) -> ConsumerGroupInfo | None:
+        """The group's consumers (heartbeats), else the ones that consume without (getConsumerGroupInfo(group,
+        true))."""
         info = self.groups.get(group)
-        return info.subscriptions.get(topic) if info else None
+        return info if info is not None and info.channels else self.compensation.get(group)
+
+    def find_subscription(self, group: str, topic: str) -> SubscriptionData | None:
+        """The group's subscription of ``topic`` (its heartbeats', else a compensated one's, as RocketMQ's
+        findSubscriptionData)."""
+        info = self.groups.get(group)
+        sub = info.subscriptions.get(topic) if info else None
+        if sub is None:
+            comp = self.compensation.get(group)
+            sub = comp.subscriptions.get(topic) if comp else None
+        return sub
+
+    def subscription_count(self, group: str) -> int:
+        info = self.groups.get(group)
+        return len(info.subscriptions) if info else 0
+
+    def find_channel(self, group: str, client_id: str) -> ClientChannel | None:
+        """The channel of ``client_id`` in ``group`` (the newest one when it reconnected)."""
+        info = self.groups.get(group)
+        found = [ch for ch in info.channels.values() if ch.client_id == client_id] if info else []
+        return max(found, key=lambda ch: ch.last_update) if found else None
+
+    def groups_of_topic(self, topic: str) -> set[str]:
+        """The online groups subscribed to ``topic`` (ConsumerManager.queryTopicConsumeByWho)."""
+        return {g for g, info in self.groups.items() if topic in info.subscriptions}
 
 
 class ProducerManager:
@@ -161,6 +241,14 @@ class ProducerManager:
                 chans.pop(conn, None)
                 if not chans:
                     del self.groups[name]
+
+    def producer_table(self, wall_now_ms: int) -> dict[str, list[dict[str, Any]]]:
+        """RocketMQ's `ProducerTableInfo.data`: every group's `ProducerInfo`s (lastUpdateTimestamp in wall ms)."""
+        now = self.now()
+        return {g: [{"clientId": ch.client_id, "remoteIP": client_addr(ch.conn), "language": ch.language,
+                     "version": ch.version, "lastUpdateTimestamp": wall_now_ms - int((now - ch.last_update) * 1000)}
+                    for ch in chans.values()]
+                for g, chans in sorted(self.groups.items())}
 
     def expire(self, timeout_s: float) -> None:
         cutoff = self.now() - timeout_s
@@ -209,3 +297,32 @@ class RebalanceLockManager:
     def has_live_locks(self, group: str) -> bool:
         now = self.now()
         return any(exp >= now for _, exp in self.locks.get(group, {}).values())
+
+
+def reset_offset_notice(topic: str, group: str, timestamp: int, offsets: list[tuple[dict[str, Any], int]],
+                        language: str) -> RemotingCommand:
+    """RESET_CONSUMER_CLIENT_OFFSET (220) for one consumer: a C++ client reads `ResetOffsetBodyForC` (a list), the
+    others RocketMQ's `ResetOffsetBody` (a map keyed by MessageQueue objects)."""
+    if language == "CPP":
+        body = orjson.dumps({"offsetTable": [{**mq, "offset": off} for mq, off in offsets]})
+    else:
+        body = orjson.dumps({"offsetTable": mq_map(offsets)})
+    return request(RequestCode.RESET_CONSUMER_CLIENT_OFFSET,
+                   {"topic": topic, "group": group, "timestamp": str(timestamp), "isForce": "true"}, body, oneway=True)
+
+
+# rocketmq-client-cpp 2.x drops the queues on RESET_CONSUMER_CLIENT_OFFSET and never pulls them again: C++ consumers
+# learn a reset from their next pull (PULL_OFFSET_MOVED) instead
+NO_RESET_NOTICE_LANGUAGES: Final = frozenset({"CPP"})
+
+
+def notify_reset_offset(info: ConsumerGroupInfo, topic: str, group: str, timestamp: int,
+                        offsets: list[tuple[dict[str, Any], int]]) -> list[str]:
+    """Tell the online consumers of the group to move to ``offsets`` (one-way, as RocketMQ's Broker2Client);
+    returns the client ids told (clients too old to understand it, and C++ clients, are skipped)."""
+    told = []
+    for conn, ch in list(info.channels.items()):
+        if conn.is_open and ch.version >= V3_0_7_SNAPSHOT and ch.language not in NO_RESET_NOTICE_LANGUAGES:
+            conn.oneway(reset_offset_notice(topic, group, timestamp, offsets, ch.language))
+            told.append(ch.client_id)
+    return told

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
+import tempfile
 import types
 import typing
 from typing import Any, TypeVar
@@ -46,6 +48,30 @@ def read_properties(path: str) -> dict[str, str]:
             return parse_properties(f.read())
     except OSError as e:
         raise ConfigError(f"cannot read config file {path}: {e.strerror or e}") from e
+
+
+def persist_properties(path: str, changes: dict[str, str]) -> None:
+    """Write changed keys back into a `key=value` config file atomically, keeping its comments and order (new keys
+    are appended); a file that cannot be read is rewritten with the changes."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        lines = []
+    seen = set()
+    out = []
+    for line in lines:
+        key = line.split("=", 1)[0].strip()
+        if "=" in line and key in changes and not line.lstrip().startswith("#"):
+            out.append(f"{key}={changes[key]}")
+            seen.add(key)
+        else:
+            out.append(line)
+    out += [f"{k}={v}" for k, v in changes.items() if k not in seen]
+    fd, tmp = tempfile.mkstemp(prefix=".config.", dir=os.path.dirname(os.path.abspath(path)))
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write("\n".join(out) + "\n")
+    os.replace(tmp, path)
 
 
 def to_properties(values: dict[str, Any]) -> str:

@@ -19,10 +19,12 @@ from brokerd.acl.glue import AclGuard
 from brokerd.broker_config import BrokerConfig
 from brokerd.clients import ConsumerManager, ProducerManager, RebalanceLockManager
 from brokerd.ha.acks import PutAcks
+from brokerd.ha.service import HAService
 from brokerd.message import MessageInner
 from brokerd.metadata import BrokerMetadata
 from brokerd.metadata.version import DataVersion
 from brokerd.remoting.client import RemotingClient
+from brokerd.stats import BrokerStatsManager
 from brokerd.store.message_store import MessageStore
 
 
@@ -42,6 +44,21 @@ class DelayScheduler(Protocol):
 
     def apply_delay(self, msg: MessageInner) -> None:
         """Re-target a message carrying DELAY > 0 to the schedule topic (no-op otherwise)."""
+
+
+class TimerMessages(Protocol):
+    """Timer messages (brokerd/timer) as the send and end-transaction processors see them."""
+
+    def park(self, msg: MessageInner) -> tuple[int, str] | None:
+        """Re-target a timer message (TIMER_DELIVER_MS / TIMER_DELAY_SEC / TIMER_DELAY_MS / __STARTDELIVERTIME due in
+        the future) to the timer topic; RocketMQ's refusal (code, remark) for a bad one (nothing to store); None:
+        store ``msg`` as it is now."""
+
+    def parked(self, msg: MessageInner, queue_offset: int, phys: int, size: int) -> None:
+        """``msg`` (after ``park``) was stored at ``queue_offset`` / commit-log ``phys`` (``size`` bytes)."""
+
+    def recall_handle(self, msg: MessageInner) -> str | None:
+        """The recall handle a send of the parked ``msg`` answers (None for anything else)."""
 
 
 class SlaveOffsetSink(Protocol):
@@ -84,6 +101,13 @@ class BrokerContext(Protocol):
     def schedule(self) -> DelayScheduler: ...
 
     @property
+    def timers(self) -> TimerMessages: ...
+
+    @property
+    def stats_manager(self) -> BrokerStatsManager:
+        """RocketMQ's broker statistics (brokerd/stats.py): per topic / group put and get counts, store figures."""
+
+    @property
     def config_version(self) -> DataVersion: ...
 
     @property
@@ -94,12 +118,20 @@ class BrokerContext(Protocol):
         """When a stored put may be answered: after the flush (SYNC_FLUSH) and the replica acks its role needs."""
 
     @property
+    def ha(self) -> HAService:
+        """The broker's HA service: its slaves' connections (a master) or its link to the master (GET_BROKER_HA_STATUS)."""
+
+    @property
     def outer(self) -> RemotingClient:
         """The shared outbound client (name servers, the controller, this set's master)."""
 
     @property
     def slave_sync(self) -> SlaveOffsetSink:
         """Offsets committed while this broker is a slave go here (UPDATE_CONSUMER_OFFSET, PULL's commit flag)."""
+
+    @property
+    def namesrv_addrs(self) -> list[str]:
+        """The name servers this broker registers with (QUERY_ASSIGNMENT asks them for a topic's route)."""
 
     def master_broker_addr(self) -> str | None:
         """For a slave: the remoting address (ip:port) of its broker set's master while one is known and

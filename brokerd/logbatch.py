@@ -6,65 +6,120 @@ delivery across a crash, a power loss or a failover to a slave. Their progress l
 any prefix of the log (what recovery keeps, what a slave received) carries a consistent picture:
 
 * a batch is appended as one synchronous run ``[BEGIN, d1 .. dn, END]``: BEGIN and END are marker records on the
-  service's marker queue (``topic``/``queue_id``), each delivery carries the property ``BATCH_PROPERTY`` naming
-  its batch (the BEGIN marker's queue offset). Appends never yield to the loop (``MessageStore.append_messages``),
+  service's marker queue (``topic``/``queue_id``). Appends never yield to the loop (``MessageStore.append_messages``),
   so no other record lands between a batch's records;
 * a prefix of the log therefore shows each batch as done (END present), not started (no BEGIN) or **cut**: BEGIN
-  is the last marker of the queue and the records right after it that carry its id are exactly the deliveries
-  that were made. ``find_cut_batch`` returns them; the service completes the batch with ``close_cut_batch``
-  (an END marker carrying what it decided) and delivers the rest in a new batch.
+  is the last marker of the queue and some of its deliveries follow it. BEGIN carries the digest of each delivery
+  (``delivery_digest``), so the deliveries that were made are the records right after BEGIN (over the blank filler
+  at a segment's end) that match its digests, in order: nothing is added to a delivery (a consumer sees the
+  message as the service built it), and a record another writer appended after the cut (a client's send, another
+  service's record) does not match. ``find_cut_batch`` returns them; the service completes the batch with
+  ``close_cut_batch`` (an END marker carrying what it decided) and delivers the rest in a new batch.
 
-The markers' bodies are the service's own payload (its progress, e.g. which checkpoints a revive batch
-resolved): the service rebuilds its state by reading its marker queue. A batch must fit in one commit-log segment
-read (``MAX_BATCH_BYTES``) so that finding a cut batch reads a bounded range.
+The markers' bodies are the service's own payload (its progress, e.g. which checkpoints a revive batch resolved):
+BEGIN's is wrapped in an envelope with the digests (``encode_begin``) and every read here (``read_markers``,
+``Marker.body``) hands the payload back as it was given; the service rebuilds its state by reading its marker queue
+through ``read_markers``. A batch must fit in ``MAX_BATCH_BYTES``. Reads go through ``LocalLog`` (the whole local
+log: not held at the confirm offset).
 
 Pure of asyncio: the caller waits for the put acknowledgement (flush / replicas) of ``end_offset`` as it needs.
 """
 
 from __future__ import annotations
 
+import struct
 import time
+import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final, Protocol
+from typing import Final
 
-from brokerd.message import MessageExt, MessageInner, decode_record
+from brokerd.locallog import LocalLog
+from brokerd.message import (
+    CorruptRecordError,
+    MessageExt,
+    MessageInner,
+    decode_record,
+    encode_properties,
+    record_layout,
+    record_size,
+)
 from brokerd.message.constants import TAGS
-from brokerd.store.results import GetMessageResult, GetMessageStatus, PutMessageResult, PutStatus
-
-BATCH_PROPERTY: Final = "__BATCH"
-"""Property of each delivery: ``<marker topic>@<queue id>@<BEGIN's queue offset>`` (ignored by clients)."""
+from brokerd.store.results import PutMessageResult
 
 TAG_BEGIN: Final = "BEGIN"
 TAG_END: Final = "END"
 TAG_STATE: Final = "STATE"
 MAX_BATCH_BYTES: Final = 4 * 1024 * 1024
 
+_ENVELOPE: Final = struct.Struct(">4sI")  # magic, number of digests; the digests (u32 each) and the payload follow
+_MAGIC: Final = b"LBB1"
 
-class BatchStore(Protocol):
-    """What the bracketing needs of the message store (``brokerd.store.message_store.MessageStore``)."""
 
-    def append_messages(self, msgs: list[MessageInner]) -> PutMessageResult: ...
+class BatchFormatError(ValueError):
+    """A BEGIN body that is not a batch envelope."""
 
-    def max_offset_in_queue(self, topic: str, queue_id: int) -> int: ...
 
-    def min_offset_in_queue(self, topic: str, queue_id: int) -> int: ...
+# ---------------------------------------------------------------------------------------------- digests
 
-    def get_message(self, topic: str, queue_id: int, offset: int, max_msg_nums: int) -> GetMessageResult: ...
 
-    def look_message_by_offset(self, phys_offset: int) -> bytes | None: ...
+def _digest(topic: str, queue_id: int, reconsume_times: int, born_ts: int, body: bytes | memoryview,
+            props: bytes | memoryview) -> int:  # fmt: skip
+    head = f"{topic}\0{queue_id}\0{reconsume_times}\0{born_ts}\0".encode()
+    return zlib.crc32(props, zlib.crc32(body, zlib.crc32(head)))
 
-    @property
-    def max_phy_offset(self) -> int: ...
+
+def delivery_digest(msg: MessageInner, props: bytes | None = None) -> int:
+    """What identifies a delivery's record in the log: CRC-32 of its topic, queue, reconsume times, born timestamp,
+    body and properties as stored (``props``: ``encode_properties(msg.properties)`` when the caller has it). A
+    delivery carries its message's unique key and the service's own marks (the firing time of a timer, the first
+    pop time of a revive copy): a record right after a cut batch matching the next expected digest would have to
+    be that very delivery — a client sending the same message again has another born timestamp and lacks them."""
+    if props is None:
+        props = encode_properties(msg.properties)
+    return _digest(msg.topic, msg.queue_id, msg.reconsume_times, msg.born_timestamp, msg.body, props)
+
+
+def record_digest(raw: bytes, ext: MessageExt) -> int:
+    """``delivery_digest`` of the stored record ``raw`` (decoded: ``ext``)."""
+    _, _, _, topic_pos, topic_len = record_layout(raw, 0, ext.store_size)
+    props = memoryview(raw)[topic_pos + topic_len + 2 : ext.store_size]
+    return _digest(ext.topic, ext.queue_id, ext.reconsume_times, ext.born_timestamp, ext.body, props)
+
+
+def encode_begin(payload: bytes, digests: Sequence[int]) -> bytes:
+    """BEGIN's body: the envelope (the digests of the deliveries, in order) around the service's payload."""
+    return b"".join((_ENVELOPE.pack(_MAGIC, len(digests)), struct.pack(f">{len(digests)}I", *digests), payload))
+
+
+def decode_begin(body: bytes) -> tuple[bytes, tuple[int, ...]]:
+    """(payload, digests) of a BEGIN body; BatchFormatError when it is not one."""
+    if len(body) < _ENVELOPE.size:
+        raise BatchFormatError("BEGIN: too short for its envelope")
+    magic, n = _ENVELOPE.unpack_from(body)
+    end = _ENVELOPE.size + 4 * n
+    if magic != _MAGIC or len(body) < end:
+        raise BatchFormatError("BEGIN: not a batch envelope")
+    return body[end:], struct.unpack_from(f">{n}I", body, _ENVELOPE.size)
+
+
+# ---------------------------------------------------------------------------------------------- markers
 
 
 @dataclass(frozen=True, slots=True)
 class Marker:
-    tag: str  # TAG_BEGIN / TAG_END / TAG_STATE
-    body: bytes
+    tag: str  # TAG_BEGIN / TAG_END / TAG_STATE, or the service's own
+    body: bytes  # the service's payload (BEGIN: without the envelope; b"" when the envelope is unreadable)
     queue_offset: int
     phys: int
     size: int
     store_timestamp: int
+    digests: tuple[int, ...] = ()  # BEGIN: of its deliveries, in order
+
+    @property
+    def end(self) -> int:
+        """Where the marker's record ends in the commit log."""
+        return self.phys + self.size
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,88 +128,106 @@ class CutBatch:
     delivered: list[MessageExt]  # the batch's deliveries found in the log, in log order
 
 
-class MarkedLog:
-    """Bracketed batches on one marker queue of one store."""
+def _marker(ext: MessageExt) -> Marker:
+    tag, body = ext.tags or "", ext.body
+    digests: tuple[int, ...] = ()
+    if tag == TAG_BEGIN:
+        try:
+            body, digests = decode_begin(body)
+        except BatchFormatError:
+            body = b""
+    return Marker(tag, body, ext.queue_offset, ext.commit_log_offset, ext.store_size, ext.store_timestamp, digests)
 
-    def __init__(self, store: BatchStore, topic: str, queue_id: int, *, segment_size: int,
-                 store_host: tuple[str, int] = ("127.0.0.1", 0)) -> None:
-        self.store = store
+
+class MarkedLog:
+    """Bracketed batches on one marker queue of the whole local log."""
+
+    def __init__(self, local: LocalLog, topic: str, queue_id: int, *,
+                 store_host: tuple[str, int] = ("127.0.0.1", 0)) -> None:  # fmt: skip
+        self.local = local
         self.topic = topic
         self.queue_id = queue_id
-        self.segment_size = segment_size  # the commit log's (mapped_file_size_commit_log)
         self.store_host = store_host
 
-    def batch_id(self, begin_queue_offset: int) -> str:
-        return f"{self.topic}@{self.queue_id}@{begin_queue_offset}"
-
     def marker(self, tag: str, body: bytes) -> MessageInner:
+        """A marker record of this queue (BEGIN only through ``append_batch``)."""
         now = time.time_ns() // 1_000_000
         return MessageInner(topic=self.topic, queue_id=self.queue_id, body=body, flag=0, properties={TAGS: tag},
                             sys_flag=0, born_timestamp=now, born_host=self.store_host, store_host=self.store_host)
 
+    # ------------------------------------------------------------------ appends
+
     def append_batch(self, begin_body: bytes, deliveries: list[MessageInner], end_body: bytes) -> PutMessageResult:
-        """Append ``[BEGIN, *deliveries, END]`` in one synchronous run (each delivery gets ``BATCH_PROPERTY``).
-        On a failed append the log may hold a cut batch: the caller treats it as after a crash
-        (``find_cut_batch``). Returns the store's result (``end_offset``: what to wait for)."""
-        size = len(begin_body) + len(end_body) + sum(len(d.body) + 256 for d in deliveries)
+        """Append ``[BEGIN, *deliveries, END]`` in one synchronous run (BEGIN: ``begin_body`` in the envelope with
+        the deliveries' digests; the deliveries as they are). On a failed append the log may hold a cut batch: the
+        caller treats it as after a crash (``find_cut_batch``). Returns the store's result (``end_offset``: what to
+        wait for). ValueError when the batch exceeds ``MAX_BATCH_BYTES``."""
+        digests, size = [], len(begin_body) + len(end_body) + 4 * len(deliveries)
+        for d in deliveries:
+            props = encode_properties(d.properties)
+            digests.append(delivery_digest(d, props))
+            size += record_size(d.topic, len(d.body), len(props))
         if size > MAX_BATCH_BYTES and len(deliveries) > 1:
             raise ValueError(f"batch of {len(deliveries)} deliveries ({size} bytes) exceeds {MAX_BATCH_BYTES}")
-        bid = self.batch_id(self.store.max_offset_in_queue(self.topic, self.queue_id))
-        for d in deliveries:
-            d.properties[BATCH_PROPERTY] = bid
-        return self.store.append_messages([self.marker(TAG_BEGIN, begin_body), *deliveries,
-                                           self.marker(TAG_END, end_body)])
+        begin = self.marker(TAG_BEGIN, encode_begin(begin_body, digests))
+        return self.local.append_messages([begin, *deliveries, self.marker(TAG_END, end_body)])
 
-    def append_state(self, body: bytes) -> PutMessageResult:
-        """A standalone marker (a checkpoint of the service's state; also what closes a cut batch)."""
-        return self.store.append_messages([self.marker(TAG_STATE, body)])
+    def append_markers(self, tag: str, bodies: Sequence[bytes]) -> PutMessageResult:
+        """Standalone markers in one run (a checkpoint of the service's state, in parts)."""
+        if tag == TAG_BEGIN:
+            raise ValueError("a BEGIN marker is appended with its batch (append_batch)")
+        return self.local.append_messages([self.marker(tag, b) for b in bodies])
 
     def close_cut_batch(self, end_body: bytes) -> PutMessageResult:
         """The END marker of the cut batch (the last marker is its BEGIN)."""
-        return self.store.append_messages([self.marker(TAG_END, end_body)])
+        return self.local.append_messages([self.marker(TAG_END, end_body)])
 
-    def read_markers(self, from_offset: int, max_nums: int = 256) -> list[Marker]:
-        """Markers from queue offset ``from_offset`` (fewer at the end of the queue; clamped to the queue's min)."""
-        start = max(from_offset, self.store.min_offset_in_queue(self.topic, self.queue_id))
-        r = self.store.get_message(self.topic, self.queue_id, start, max_nums)
-        if r.status is not GetMessageStatus.FOUND:
-            return []
+    # ------------------------------------------------------------------ reads
+
+    def read_markers(self, from_offset: int, max_nums: int = 256, *, durable_end: int | None = None) -> list[Marker]:
+        """Up to ``max_nums`` markers from queue offset ``from_offset`` (clamped to the queue's min; fewer at its
+        end; only those whose record ends at or below ``durable_end`` when given). An entry whose record the local
+        log does not hold, or holds garbage, is skipped."""
         out: list[Marker] = []
-        for buf in r.buffers:
-            ext, _ = decode_record(buf)
-            out.append(Marker(ext.tags or "", ext.body, ext.queue_offset, ext.commit_log_offset, ext.store_size,
-                              ext.store_timestamp))
+        local = self.local
+        for e in local.entries(self.topic, self.queue_id, from_offset, from_offset + max_nums):
+            if durable_end is not None and e.phys + e.size > durable_end:
+                break
+            raw = local.read(e.phys, e.size)
+            if raw is None:
+                continue
+            try:
+                ext, _ = decode_record(raw)
+            except CorruptRecordError:
+                continue
+            out.append(_marker(ext))
         return out
 
     def last_marker(self) -> Marker | None:
-        end = self.store.max_offset_in_queue(self.topic, self.queue_id)
-        if end <= self.store.min_offset_in_queue(self.topic, self.queue_id):
+        end = self.local.max_offset_in_queue(self.topic, self.queue_id)
+        if end <= self.local.min_offset_in_queue(self.topic, self.queue_id):
             return None
         found = self.read_markers(end - 1, 1)
         return found[0] if found else None
 
     def find_cut_batch(self) -> CutBatch | None:
         """The batch whose BEGIN is the queue's last marker (no END after it), with the deliveries of it that
-        the log holds; None when the last batch is complete."""
+        the log holds: the records right after BEGIN matching its digests, in order. None when the last batch is
+        complete."""
         last = self.last_marker()
         if last is None or last.tag != TAG_BEGIN:
             return None
-        bid = self.batch_id(last.queue_offset)
         delivered: list[MessageExt] = []
-        phys = last.phys + last.size
-        seg = self.segment_size
-        while phys < self.store.max_phy_offset:
-            raw = self.store.look_message_by_offset(phys)
-            if raw is None:  # the blank filler at a segment's end: the batch continues in the next segment
-                phys = (phys // seg + 1) * seg
-                continue
-            ext, _ = decode_record(raw)
-            if ext.properties.get(BATCH_PROPERTY) != bid:
-                break
-            delivered.append(ext)
-            phys += ext.store_size
+        want = last.digests
+        if want:
+            for _, raw in self.local.walk(last.end):
+                try:
+                    ext, _ = decode_record(raw)
+                    if record_digest(raw, ext) != want[len(delivered)]:
+                        break
+                except CorruptRecordError:
+                    break
+                delivered.append(ext)
+                if len(delivered) == len(want):
+                    break
         return CutBatch(last, delivered)
-
-
-def put_ok(res: PutMessageResult) -> bool:
-    return res.status is PutStatus.PUT_OK

@@ -24,13 +24,23 @@ class ContainerConfig:
     replicas_per_disk_partition: int = 1
     logical_disk_space_clean_forcibly_threshold: float = 0.80
     disk_partition_size_bytes: int = 0  # 0 = the real partition size (tests inject a small one)
-    container_state_file: str = ""  # brokers added at runtime, restored at start; "" = ~/store/container-<port>.json
+    # brokers added at runtime (mqadmin addBroker), restored at every start until removed (mqadmin removeBroker) or
+    # the file is deleted; relative to the working directory (as storePathRootDir); the shipped configs keep it in
+    # ./data with the stores; "" = ~/store/container-<listenPort>-brokers.json (RocketMQ's default store root)
+    container_state_file: str = ""
     admin_listen_host: str = "127.0.0.1"  # the admin port and /metrics stay on loopback unless configured
     metrics_listen_host: str = "127.0.0.1"  # where the metrics port (and the dashboard) listens; 0.0.0.0: everywhere
     # ACL (docs/acl.md): the admin port takes requests signed by an admin account only, the embedded name
     # server signed requests only (its writes by an admin account); brokers have their own aclEnable
     acl_enable: bool = False
     acl_file_path: str = ""  # plain_acl.yml; relative to this file; "" = plain_acl.yml next to it
+    # RocketMQ 5's gRPC endpoint (brokerd/proxy) for the 5.x SDKs: every broker of the container, and
+    # through the name server any other; client-facing like the brokers' ports (all interfaces unless configured).
+    # With aclEnable=true its clients authenticate against aclFilePath.
+    enable_grpc_proxy: bool = False
+    grpc_listen_port: int = 8081  # 0 = any free port
+    grpc_listen_host: str = "0.0.0.0"
+    grpc_workers: int = 0  # gRPC worker processes on the same port besides the container's own (brokerd/proxy/workers.py)
 
     def __post_init__(self) -> None:
         if not 0 <= self.listen_port <= 65535:
@@ -39,6 +49,12 @@ class ContainerConfig:
             raise ConfigError(f"embeddedNamesrvPort: invalid port {self.embedded_namesrv_port}")
         if not -1 <= self.metrics_port <= 65535:
             raise ConfigError(f"metricsPort: invalid port {self.metrics_port}")
+        if not 0 <= self.grpc_listen_port <= 65535:
+            raise ConfigError(f"grpcListenPort: invalid port {self.grpc_listen_port}")
+        if not self.grpc_listen_host.strip():
+            raise ConfigError("grpcListenHost: must not be empty")
+        if not 0 <= self.grpc_workers <= 64:
+            raise ConfigError(f"grpcWorkers: must be in 0..64, not {self.grpc_workers}")
         if not self.metrics_listen_host.strip():
             raise ConfigError("metricsListenHost: must not be empty")
         if not 100 <= self.dashboard_sample_interval_ms <= 60000:
@@ -54,8 +70,9 @@ class ContainerConfig:
 
     @property
     def state_file(self) -> str:
-        return self.container_state_file or os.path.join(
-            os.path.expanduser("~"), "store", f"container-{self.listen_port}-brokers.json")
+        """The state file's absolute path (a relative ``containerStateFile`` is resolved at start-up's directory)."""
+        return os.path.abspath(self.container_state_file or os.path.join(
+            os.path.expanduser("~"), "store", f"container-{self.listen_port}-brokers.json"))
 
     @property
     def broker_paths(self) -> list[str]:

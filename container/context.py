@@ -9,10 +9,13 @@ host → admin / metrics / quota → context.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from contextlib import AbstractContextManager
+from typing import Any, Protocol, runtime_checkable
 
 from brokerd.broker_config import BrokerConfig
+from brokerd.clients import ConsumerManager, ProducerManager
 from brokerd.remoting.connection import Handler
+from brokerd.stats import BrokerStatsManager
 from brokerd.store.flags import RunningFlags
 
 
@@ -69,6 +72,31 @@ class RefusalCounter(Protocol):
         ...
 
 
+class TimerFigures(Protocol):
+    """Timer messages (brokerd/timer), as `/metrics` and the dashboard count them."""
+
+    def figures(self) -> dict[str, int]:
+        """pending, parked, fired, rolled, recalled, dropped, refused (timers), latenessP50Ms, latenessP99Ms."""
+        ...
+
+    def pending_by_due(self) -> list[tuple[str, int]]:
+        """Pending timers due within each bound (seconds, cumulative, the last one ``+Inf``)."""
+        ...
+
+    def lateness_buckets(self) -> tuple[list[tuple[str, int]], float, int]:
+        """The fire-lateness histogram (ms): cumulative (le, count) pairs, the sum and the count."""
+        ...
+
+
+class PopFigures(Protocol):
+    """POP consumption (brokerd/pop), as `/metrics` and the dashboard count it."""
+
+    def stats(self) -> dict[str, Any]:
+        """``active``, ``checkpoints``, ``parked``, ``counters`` (pops, popped, acks, refused_acks, renews, revived,
+        dead_lettered, dropped, ...) and ``groups``: group -> inflight, reviveBacklog, retryBacklog."""
+        ...
+
+
 class HostedStore(Protocol):
     """What the container reads and sets on a hosted broker's message store."""
 
@@ -86,6 +114,11 @@ class HostedStore(Protocol):
 
     def set_quota_checker(self, cb: Callable[[int], bool] | None) -> None:
         """`cb(logical_usage_bytes) -> True` when over quota: the next clean deletes at once."""
+        ...
+
+    def batch_stats(self) -> dict[str, Any]:
+        """The batch append's implementation (``native``), runs per implementation (``runs``) and the batches the C
+        run left to Python by reason (``fallbacks``: brokerd/store/batch_append.py FALLBACK_REASONS)."""
         ...
 
 
@@ -128,6 +161,91 @@ class HostedBroker(Protocol):
     def ha_status(self) -> dict[str, Any]:
         """Replication state (brokerd.replication.BrokerReplication.status: role, epoch, confirm offset, ...)."""
         ...
+
+    @property
+    def pop(self) -> PopFigures:
+        """POP consumption: groups in flight, revive backlog, counters (brokerd/pop)."""
+        ...
+
+    @property
+    def timers(self) -> TimerFigures:
+        """Timer messages: pending, fired, recalled, fire lateness (brokerd/timer)."""
+        ...
+
+
+class ExportedTopic(Protocol):
+    """A topic's config as rocketmq-exporter's figures read it."""
+
+    @property
+    def read_queue_nums(self) -> int: ...
+
+    @property
+    def write_queue_nums(self) -> int: ...
+
+
+class ExportedTopics(Protocol):
+    def all(self) -> Mapping[str, ExportedTopic]: ...
+
+
+class ExportedOffsets(Protocol):
+    def table(self) -> dict[str, dict[int, int]]:
+        """Committed consumer offsets keyed `topic@group` -> {queueId: offset} (a copy)."""
+        ...
+
+
+class ExportedMetadata(Protocol):
+    @property
+    def topics(self) -> ExportedTopics: ...
+
+    @property
+    def offsets(self) -> ExportedOffsets: ...
+
+
+class ExportedStore(Protocol):
+    def max_offset_in_queue(self, topic: str, queue_id: int) -> int: ...
+
+    def min_offset_in_queue(self, topic: str, queue_id: int) -> int: ...
+
+    def message_store_timestamp(self, topic: str, queue_id: int, offset: int) -> int:
+        """Store time (ms) of the message at a queue offset; <= 0 when there is none (may raise for a tier miss)."""
+        ...
+
+    def tier_nowait(self) -> AbstractContextManager[None]:
+        """Inside: a read needing an uncached tier chunk raises instead of fetching it."""
+        ...
+
+
+@runtime_checkable
+class ExportedBroker(Protocol):
+    """A hosted broker as rocketmq-exporter's metrics read it (container/exporter): its statistics, metadata,
+    clients and queue offsets; GET_BROKER_RUNTIME_INFO through its own handler (`dispatcher`)."""
+
+    @property
+    def cfg(self) -> BrokerConfig: ...
+
+    @property
+    def dispatcher(self) -> HandlerLookup: ...
+
+    def ha_status(self) -> dict[str, Any]:
+        """Replication state: a master's connected slaves and their acknowledged offsets."""
+        ...
+
+    @property
+    def stats_manager(self) -> BrokerStatsManager: ...
+
+    @property
+    def meta(self) -> ExportedMetadata: ...
+
+    @property
+    def consumers(self) -> ConsumerManager: ...
+
+    @property
+    def producers(self) -> ProducerManager: ...
+
+    @property
+    def store(self) -> ExportedStore: ...
+
+    def is_master(self) -> bool: ...
 
 
 class HostedSlot(Protocol):

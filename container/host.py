@@ -22,6 +22,7 @@ from brokerd.logging_setup import ROUTER
 from brokerd.namesrv.config import NamesrvConfig
 from brokerd.namesrv.service import NamesrvService
 from brokerd.native import IMPLEMENTATION
+from brokerd.proxy import GrpcEndpoint, GrpcProxyConfig
 from brokerd.remoting.client import RemotingClient
 from brokerd.remoting.codes import ResponseCode
 from brokerd.remoting.connection import Dispatcher
@@ -31,7 +32,7 @@ from container.config import ContainerConfig
 from container.dashboard.context import AdminCredentials
 from container.dashboard.server import Dashboard
 from container.errors import ContainerError
-from container.metrics import MetricsServer
+from container.metrics import MetricsServer, render_grpc
 from container.quota import DiskQuota
 
 __all__ = ["BrokerContainer", "BrokerSlot", "ContainerError"]
@@ -58,6 +59,7 @@ class BrokerContainer:
         self.namesrv_server: RemotingServer | None = None
         self.namesrv: NamesrvService | None = None
         self.metrics: MetricsServer | None = None
+        self.grpc: GrpcEndpoint | None = None  # RocketMQ 5's gRPC endpoint (enableGrpcProxy)
         # ACL on: the admin port serves admin accounts only (AclConfigError, a ConfigError, names a bad file), and
         # the same accounts may log in to the dashboard's admin actions
         self.acl = AclGuard(cfg.acl_file_path, admin_only=True) if cfg.acl_enable else None
@@ -95,21 +97,54 @@ class BrokerContainer:
         if self.cfg.metrics_port >= 0:
             dash = self.dashboard
             self.metrics = MetricsServer(self, self.cfg.metrics_port, self.cfg.metrics_listen_host,
-                                         extra_text=dash.metrics_text if dash else None,
+                                         extra_text=self._extra_metrics,
                                          setup_app=dash.install if dash else None)
             await self.metrics.start()
-        for path in self.cfg.broker_paths + [p for p in self._load_state() if p not in self.cfg.broker_paths]:
+        restored = [p for p in self._load_state() if p not in self.cfg.broker_paths]
+        for path in self.cfg.broker_paths + restored:
             try:
                 await self.add_broker(path, persist=False)
             except ContainerError as e:
                 if path in self.cfg.broker_paths:
                     raise
-                log.error("restore_added_broker_failed", path=path, error=str(e))
+                log.error("restore_added_broker_failed", path=path, error=str(e), state_file=self.cfg.state_file)
+        self._forget_missing(restored)
+        if self.cfg.enable_grpc_proxy:
+            await self._start_grpc()
         log.info("container_started", admin_port=self.admin_server.port, brokers=sorted(self.brokers),
-                 hot_path=IMPLEMENTATION)
+                 hot_path=IMPLEMENTATION, state_file=self.cfg.state_file, restored=len(restored))
+
+    async def _start_grpc(self) -> None:
+        cfg = self.cfg
+        self.grpc = GrpcEndpoint(GrpcProxyConfig(
+            listen_host=cfg.grpc_listen_host, listen_port=cfg.grpc_listen_port, advertise_host=cfg.broker_container_ip,
+            workers=cfg.grpc_workers,
+            acl_file_path=cfg.acl_file_path if cfg.acl_enable else ""), self, lambda: self.namesrv_addrs)
+        try:
+            await self.grpc.start()
+        except (OSError, RuntimeError) as e:
+            raise ContainerError(ResponseCode.SYSTEM_ERROR, f"cannot listen on gRPC port {cfg.grpc_listen_port}: {e}") from e
+        if self.dashboard is not None:
+            self.dashboard.grpc = self.grpc
+
+    def local_dispatcher(self, addr: str) -> Dispatcher | None:
+        """The in-process dispatcher serving ``addr``: a hosted broker's or the embedded name server's (the gRPC
+        endpoint hands them its remoting commands without a socket)."""
+        for slot in self.brokers.values():
+            if slot.broker.cfg.broker_addr == addr:
+                return slot.broker.dispatcher
+        if self.namesrv_server is not None and addr in self.namesrv_addrs:
+            return self.namesrv_server.dispatcher
+        return None
+
+    def _extra_metrics(self) -> str:
+        text = self.dashboard.metrics_text() if self.dashboard is not None else ""
+        return text + (render_grpc(self.grpc.stats, self.grpc.client_counts()) if self.grpc else "")
 
     async def stop(self) -> None:
         self._stopping = True
+        if self.grpc is not None:
+            await self.grpc.stop()
         for ident in list(self.brokers):
             await self.remove_broker(ident)
         if self.admin_server is not None:
@@ -242,9 +277,18 @@ class BrokerContainer:
             return []
         return [p for p in paths if isinstance(p, str)]
 
+    def _forget_missing(self, restored: list[str]) -> None:
+        """Brokers whose config file is gone are forgotten (a failure of another kind is tried at the next start)."""
+        gone = [p for p in restored if not os.path.isfile(p)]
+        if gone:
+            log.warning("added_brokers_forgotten", paths=gone, state_file=self.cfg.state_file)
+            self._write_state([p for p in self._load_state() if p not in gone])
+
     def _save_state(self) -> None:
-        added = [s.config_path for s in self.brokers.values()
-                 if s.config_path and s.config_path not in self.cfg.broker_paths]
+        self._write_state([s.config_path for s in self.brokers.values()
+                           if s.config_path and s.config_path not in self.cfg.broker_paths])
+
+    def _write_state(self, added: list[str]) -> None:
         path = self.cfg.state_file
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         tmp = path + ".tmp"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import os
 import signal
 import sys
@@ -11,6 +12,7 @@ import sys
 import structlog
 import uvloop
 
+from brokerd import loopmon
 from brokerd.config_file import ConfigError
 from brokerd.logging_setup import configure
 from container.config import ContainerConfig, load_container_config
@@ -19,6 +21,7 @@ from container.host import BrokerContainer
 
 
 async def run(cfg: ContainerConfig) -> int:
+    loopmon.install()  # loop stalls and collector pauses on /metrics
     container = BrokerContainer(cfg)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -31,6 +34,7 @@ async def run(cfg: ContainerConfig) -> int:
         await container.stop()
         print(f"mqbrokercontainer: start failed: {e}", file=sys.stderr)
         return 1
+    loopmon.freeze_heap()  # what start-up built is never scanned by a collection again
     admin = container.admin_server.port if container.admin_server else "-"
     metrics = container.metrics.port if container.metrics else "-"
     print(f"The broker container boot success. admin port {admin}, metrics port {metrics}, "
@@ -57,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{k}={v}")
         return 0
     configure(os.environ.get("LOG_LEVEL", "INFO"))
+    gc.freeze()  # the modules: start-up's collections need not scan them
     uvloop.install()
     return asyncio.run(run(cfg))
 

@@ -1,17 +1,20 @@
-"""mqadmin's controller subcommands (RocketMQ names and option letters).
+"""mqadmin's controller commands, with RocketMQ 5's names, option letters and output: getControllerMetaData,
+getSyncStateSet, getBrokerEpoch, electMaster, cleanBrokerMetadata, getControllerConfig, updateControllerConfig.
 
-`register(sub)` adds: getControllerMetaData, getSyncStateSet, getBrokerEpoch, electMaster, cleanBrokerMetadata,
-getControllerConfig, updateControllerConfig. Each sets `handler=<async (args) -> exit code>`.
-"""
+`COMMANDS` describes them without depending on mqadmin's parser: each option is (short name or None, long name,
+takes a value, required, description); `run` gets the given options keyed by short name (long name when there is
+none; a flag maps to "") and the name servers of -n / NAMESRV_ADDR, prints what RocketMQ's SubCommand prints, and
+raises `CommandFailed` with one line when the command fails."""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import sys
-from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
 
+from brokerd.namesrv.lenient_json import LenientJSONError, loads
 from brokerd.remoting.client import RemotingClient
 from brokerd.remoting.codes import RequestCode
 from brokerd.remoting.codes import ResponseCode as RC
@@ -19,255 +22,278 @@ from brokerd.remoting.command import request
 from brokerd.remoting.connection import ConnectionClosed, RemotingTimeout
 from controller.client import ControllerClient, ControllerError, split_addrs
 
-Handler = Callable[[argparse.Namespace], Awaitable[int]]
+OptionSpec = tuple[str | None, str, bool, bool, str]
+Opts = Mapping[str, str]
 
 
-def _fail(msg: str) -> int:
-    print(f"mqadmin: {msg}", file=sys.stderr)
-    return 1
+class CommandFailed(Exception):
+    """The command failed: the message is the one line printed."""
 
 
-def _guard(fn: Handler) -> Handler:
-    """Turn connection problems and controller errors into one clear line and exit code 1."""
-    async def run(args: argparse.Namespace) -> int:
+@dataclass(frozen=True)
+class ControllerCommand:
+    name: str
+    desc: str
+    options: tuple[OptionSpec, ...]
+    run: Callable[[Opts, list[str]], Awaitable[None]]
+
+
+def _guard(fn: Callable[[Opts, list[str]], Awaitable[None]]) -> Callable[[Opts, list[str]], Awaitable[None]]:
+    """Connection problems and controller errors become one clear CommandFailed line."""
+    async def run(opts: Opts, namesrv: list[str]) -> None:
         try:
-            return await fn(args)
+            await fn(opts, namesrv)
         except ControllerError as e:
-            return _fail(f"controller error {e.code}: {e.remark}")
+            raise CommandFailed(f"controller error {e.code}: {e.remark}") from None
         except (ConnectionClosed, RemotingTimeout, OSError) as e:
-            return _fail(f"cannot reach {getattr(args, 'controllerAddress', None) or 'the server'}: {e}")
-        except ValueError as e:
-            return _fail(str(e))
+            raise CommandFailed(f"cannot reach {opts.get('a') or 'the server'}: {e}") from None
+        except (ValueError, LenientJSONError) as e:
+            raise CommandFailed(str(e)) from None
     return run
 
 
-async def _with_client(addrs: str, fn: Callable[[ControllerClient], Awaitable[int]]) -> int:
+async def _with_client(addrs: str, fn: Callable[[ControllerClient], Awaitable[None]]) -> None:
     c = ControllerClient(addrs)
     try:
-        return await fn(c)
+        await fn(c)
     finally:
         await c.close()
 
 
-# -- getControllerMetaData -a ------------------------------------------------------------------------------------
-
-async def get_controller_metadata(args: argparse.Namespace) -> int:
-    async def run(c: ControllerClient) -> int:
-        meta = await c.metadata(c.addrs[0])
-        print(f"ControllerGroup\t{meta.get('group', '')}")
-        print(f"ControllerLeaderId\t{meta.get('controllerLeaderId', '')}")
-        print(f"ControllerLeaderAddress\t{meta.get('controllerLeaderAddress', '')}")
-        print(f"IsLeader\t{meta.get('isLeader', '')}")
-        for peer in (p for p in meta.get("peers", "").split(";") if p):
-            print(f"#Peer:\t{peer}")
-        return 0
-    return await _with_client(args.controllerAddress, run)
+async def _interval(opts: Opts, body: Callable[[], Awaitable[None]]) -> None:
+    """RocketMQ's -i: repeat every N seconds (3 when -i has no number) until interrupted."""
+    await body()
+    if "i" not in opts:
+        return
+    seconds = int(opts["i"]) if opts["i"].strip() else 3
+    while True:
+        sys.stdout.flush()
+        await asyncio.sleep(seconds)  # sleep-ok: the operator's refresh interval
+        await body()
 
 
-# -- getSyncStateSet -a (-b | -c [-n]) [-i] --------------------------------------------------------------------
+# -- name server walks (CommandUtil) -------------------------------------------------------------------------------
 
-async def _cluster_broker_names(namesrv: str, cluster: str) -> dict[str, dict[int, str]]:
-    """brokerName -> {id: addr} for a cluster, from a name server's GET_BROKER_CLUSTER_INFO."""
-    from brokerd.namesrv.lenient_json import loads
-
+async def _cluster_info(namesrv: list[str]) -> dict[str, Any]:
+    if not namesrv:
+        raise CommandFailed("no name server address: give -n host:port (or set NAMESRV_ADDR)")
     client = RemotingClient()
     try:
-        resp = await client.invoke(split_addrs(namesrv)[0], request(RequestCode.GET_BROKER_CLUSTER_INFO), 3.0)
+        last: Exception | None = None
+        for addr in namesrv:
+            try:
+                resp = await client.invoke(addr, request(RequestCode.GET_BROKER_CLUSTER_INFO), 3.0)
+            except (ConnectionClosed, RemotingTimeout, OSError) as e:
+                last = e
+                continue
+            if resp.code != RC.SUCCESS or not resp.body:
+                raise CommandFailed(f"name server {addr} answered {resp.code}: {resp.remark}")
+            info: dict[str, Any] = loads(resp.body)
+            return info
+        raise CommandFailed(f"cannot reach a name server: {last}")
     finally:
         await client.close()
-    if resp.code != RC.SUCCESS or not resp.body:
-        raise ValueError(f"name server answered {resp.code}: {resp.remark}")
-    info = loads(resp.body)
+
+
+def _names_of_cluster(info: Mapping[str, Any], cluster: str) -> list[str]:
     names = info.get("clusterAddrTable", {}).get(cluster)
     if not names:
-        raise ValueError(f"cluster {cluster!r} is unknown to the name server")
+        raise CommandFailed(f"cluster {cluster} not found. Make sure the specified clusterName exists or the name "
+                            "server connected to is correct.")
+    return sorted(names)
+
+
+def _addrs_of(info: Mapping[str, Any], names: list[str]) -> list[str]:
     table = info.get("brokerAddrTable", {})
-    return {n: {int(k): v for k, v in table.get(n, {}).get("brokerAddrs", {}).items()} for n in names}
+    return [a for n in names for _, a in sorted(table.get(n, {}).get("brokerAddrs", {}).items(), key=lambda kv: int(kv[0]))]
 
 
-def _print_sync_state(name: str, info: dict[str, Any]) -> None:
-    print(f"\n#brokerName\t{name}")
-    print(f"#MasterBrokerId\t{info.get('masterBrokerId')}")
-    print(f"#MasterAddr\t{info.get('masterAddress')}")
-    print(f"#MasterEpoch\t{info.get('masterEpoch')}")
-    print(f"#SyncStateSetEpoch\t{info.get('syncStateSetEpoch')}")
+# -- getControllerMetaData -a ----------------------------------------------------------------------------------------
+
+async def get_controller_metadata(opts: Opts, namesrv: list[str]) -> None:
+    async def run(c: ControllerClient) -> None:
+        meta = await c.metadata(c.addrs[0])
+        out = (f"\n#ControllerGroup\t{meta.get('group', '')}\n#ControllerLeaderId\t{meta.get('controllerLeaderId', '')}"
+               f"\n#ControllerLeaderAddress\t{meta.get('controllerLeaderAddress', '')}")
+        out += "".join(f"\n#Peer:\t{p}" for p in meta.get("peers", "").split(";") if p)
+        print(out)
+    await _with_client(opts["a"], run)
+
+
+# -- getSyncStateSet -a (-b | -c) [-i] -----------------------------------------------------------------------------
+
+def _replica(r: Mapping[str, Any]) -> str:
+    return (f"ReplicaIdentity{{brokerName='{r['brokerName']}', brokerId={r['brokerId']}, "
+            f"brokerAddress='{r['brokerAddress']}', alive={str(r['alive']).lower()}}}")
+
+
+def sync_state_text(name: str, info: Mapping[str, Any]) -> str:
     ins, outs = info.get("inSyncReplicas", []), info.get("notInSyncReplicas", [])
-    print(f"#SyncStateSetNums\t{len(ins)}")
-    for r in ins:
-        print(f"\nInSyncReplica:\tReplicaIdentity{{brokerName={r['brokerName']}, brokerId={r['brokerId']}, "
-              f"brokerAddress={r['brokerAddress']}, alive={str(r['alive']).lower()}}}")
-    print(f"#NotInSyncReplicaNums\t{len(outs)}")
-    for r in outs:
-        print(f"\nNotInSyncReplica:\tReplicaIdentity{{brokerName={r['brokerName']}, brokerId={r['brokerId']}, "
-              f"brokerAddress={r['brokerAddress']}, alive={str(r['alive']).lower()}}}")
+    text = (f"\n#brokerName\t{name}\n#MasterBrokerId\t{info.get('masterBrokerId')}\n#MasterAddr\t{info.get('masterAddress')}"
+            f"\n#MasterEpoch\t{info.get('masterEpoch')}\n#SyncStateSetEpoch\t{info.get('syncStateSetEpoch')}"
+            f"\n#SyncStateSetNums\t{len(ins)}\n")
+    text += "".join(f"\nInSyncReplica:\t{_replica(r)}\n" for r in ins)
+    return text + "".join(f"\nNotInSyncReplica:\t{_replica(r)}\n" for r in outs)
 
 
-async def get_sync_state_set(args: argparse.Namespace) -> int:
-    if not args.brokerName and not args.clusterName:
-        return _fail("getSyncStateSet needs -b brokerName or -c clusterName")
-    if args.brokerName:
-        names = [n.strip() for n in args.brokerName.split(",") if n.strip()]
+async def get_sync_state_set(opts: Opts, namesrv: list[str]) -> None:
+    if "b" in opts:
+        names = [n.strip() for n in opts["b"].split(",") if n.strip()]
+    elif "c" in opts:
+        names = _names_of_cluster(await _cluster_info(namesrv), opts["c"])
     else:
-        if not args.namesrvAddr:
-            return _fail("-c clusterName needs a name server: -n namesrvAddr")
-        names = sorted(await _cluster_broker_names(args.namesrvAddr, args.clusterName))
+        raise CommandFailed("getSyncStateSet needs -b brokerName or -c clusterName")
+    controller = split_addrs(opts["a"])[0]
 
-    async def run(c: ControllerClient) -> int:
-        while True:
-            table = await c.sync_state_data(names, addr=c.addrs[0])
+    async def run(c: ControllerClient) -> None:
+        async def once() -> None:
+            table = await c.sync_state_data(names, addr=controller)
+            out = []
             for name in names:
-                if name in table:
-                    _print_sync_state(name, table[name])
-                else:
-                    print(f"\n#brokerName\t{name}\t(unknown to the controller)")
-            if not args.interval:
-                return 0
-            await asyncio.sleep(args.interval)  # sleep-ok: the user's refresh interval
-    return await _with_client(args.controllerAddress, run)
+                out.append(sync_state_text(name, table[name]) if name in table
+                           else f"\n#brokerName\t{name}\t(unknown to the controller)\n")
+            print("".join(out), end="")
+        await _interval(opts, once)
+    await _with_client(opts["a"], run)
 
 
-# -- getBrokerEpoch -b|-c (-n | -a) ---------------------------------------------------------------------------------
+# -- getBrokerEpoch (-b | -c) [-i], addresses from the name servers (or -a a controller) ---------------------------
 
-async def get_broker_epoch(args: argparse.Namespace) -> int:
-    if not args.brokerName and not args.clusterName:
-        return _fail("getBrokerEpoch needs -b brokerName or -c clusterName")
-    sets: dict[str, dict[int, str]] = {}
-    if args.namesrvAddr and args.clusterName:
-        sets = await _cluster_broker_names(args.namesrvAddr, args.clusterName)
-        if args.brokerName:
-            sets = {n: a for n, a in sets.items() if n == args.brokerName}
-    elif args.controllerAddress and args.brokerName:
-        c = ControllerClient(args.controllerAddress)
+async def _epoch_addrs(opts: Opts, namesrv: list[str]) -> list[str]:
+    if "a" in opts and "b" in opts and not namesrv:
+        c = ControllerClient(opts["a"])
         try:
-            table = await c.sync_state_data([args.brokerName], addr=c.addrs[0])
+            table = await c.sync_state_data([opts["b"]], addr=c.addrs[0])
         finally:
             await c.close()
-        for name, info in table.items():
-            reps = info.get("inSyncReplicas", []) + info.get("notInSyncReplicas", [])
-            sets[name] = {int(r["brokerId"]): r["brokerAddress"] for r in reps if r.get("brokerAddress")}
-    else:
-        return _fail("getBrokerEpoch needs -n namesrvAddr with -c, or -a controllerAddress with -b")
-    if not sets:
-        return _fail("no matching broker found")
-    from brokerd.namesrv.lenient_json import loads
+        reps = [r for info in table.values() for r in info.get("inSyncReplicas", []) + info.get("notInSyncReplicas", [])]
+        return [r["brokerAddress"] for r in reps if r.get("brokerAddress")]
+    info = await _cluster_info(namesrv)
+    if "b" in opts:
+        if opts["b"] not in info.get("brokerAddrTable", {}):
+            raise CommandFailed(f"broker {opts['b']} is not registered with the name server")
+        return _addrs_of(info, [opts["b"]])
+    return _addrs_of(info, _names_of_cluster(info, opts["c"]))
 
-    client = RemotingClient()
-    try:
-        for name, addrs in sorted(sets.items()):
-            for bid, addr in sorted(addrs.items()):
-                try:
-                    resp = await client.invoke(addr, request(RequestCode.GET_BROKER_EPOCH_CACHE), 3.0)
-                except (ConnectionClosed, RemotingTimeout, OSError) as e:
-                    print(f"\n#clusterName\t{args.clusterName or ''}\n#brokerName\t{name}\n#brokerAddr\t{addr}"
-                          f"\n#brokerId\t{bid}\n#error\t{e}")
-                    continue
-                print(f"\n#clusterName\t{args.clusterName or ''}\n#brokerName\t{name}\n#brokerAddr\t{addr}\n#brokerId\t{bid}")
+
+def epoch_text(addr: str, cache: Mapping[str, Any]) -> str:
+    out = (f"\n#clusterName\t{cache.get('clusterName')}\n#brokerName\t{cache.get('brokerName')}\n#brokerAddr\t{addr}"
+           f"\n#brokerId\t{cache.get('brokerId')}")
+    entries = list(cache.get("epochList") or [])
+    for i, e in enumerate(entries):
+        end = cache.get("maxOffset", e.get("endOffset")) if i == len(entries) - 1 else e.get("endOffset")
+        out += f"\n#Epoch: EpochEntry{{epoch={e.get('epoch')}, startOffset={e.get('startOffset')}, endOffset={end}}}"
+    return out + "\n"
+
+
+async def get_broker_epoch(opts: Opts, namesrv: list[str]) -> None:
+    if "b" not in opts and "c" not in opts:
+        raise CommandFailed("getBrokerEpoch needs -b brokerName or -c clusterName")
+
+    async def once() -> None:
+        addrs = await _epoch_addrs(opts, namesrv)
+        if not addrs:
+            raise CommandFailed("no matching broker found")
+        client = RemotingClient()
+        try:
+            for addr in addrs:
+                resp = await client.invoke(addr, request(RequestCode.GET_BROKER_EPOCH_CACHE), 3.0)
                 if resp.code != RC.SUCCESS or not resp.body:
-                    print(f"#error\t{resp.code} {resp.remark}")
-                    continue
-                cache = loads(resp.body)
-                for entry in cache.get("epochList", []):
-                    print(f"#Epoch: EpochEntry{{epoch={entry.get('epoch')}, startOffset={entry.get('startOffset')}, "
-                          f"endOffset={entry.get('endOffset')}}}")
-    finally:
-        await client.close()
-    return 0
+                    raise CommandFailed(f"broker {addr} answered {resp.code}: {resp.remark}")
+                print(epoch_text(addr, loads(resp.body)), end="")
+        finally:
+            await client.close()
+    await _interval(opts, once)
 
 
-# -- electMaster -a -b -i -c ----------------------------------------------------------------------------------------------
+# -- electMaster -a -b brokerId -bn brokerName -c ------------------------------------------------------------------
 
-async def elect_master(args: argparse.Namespace) -> int:
-    async def run(c: ControllerClient) -> int:
-        resp = await c.elect_master(args.clusterName, args.brokerName, args.brokerId, designate=True)
+async def elect_master(opts: Opts, namesrv: list[str]) -> None:
+    try:
+        broker_id = int(opts["b"])
+    except ValueError:
+        raise CommandFailed(f"option -b: brokerId {opts['b']!r} is not a number") from None
+
+    async def run(c: ControllerClient) -> None:
+        resp = await c.elect_master(opts["c"], opts["bn"], broker_id, designate=True)
         if resp.code != RC.SUCCESS:
-            return _fail(f"electMaster failed: {resp.code} {resp.remark}")
-        print(f"\n#clusterName\t{args.clusterName}\n#brokerName\t{args.brokerName}"
-              f"\n#masterBrokerId\t{resp.ext.get('masterBrokerId')}\n#masterAddress\t{resp.ext.get('masterAddress')}"
-              f"\n#masterEpoch\t{resp.ext.get('masterEpoch')}\n#syncStateSetEpoch\t{resp.ext.get('syncStateSetEpoch')}")
-        return 0
-    return await _with_client(args.controllerAddress, run)
+            raise CommandFailed(f"electMaster failed: {resp.code} {resp.remark}")
+        out = (f"\n#ClusterName\t{opts['c']}\n#BrokerName\t{opts['bn']}\n#BrokerMasterAddr\t{resp.ext.get('masterAddress')}"
+               f"\n#MasterEpoch\t{resp.ext.get('masterEpoch')}\n#SyncStateSetEpoch\t{resp.ext.get('syncStateSetEpoch')}\n")
+        group = loads(resp.body).get("brokerAddrs", {}) if resp.body else {}
+        out += "".join(f"\t#Broker\t{k}\t{v}\n" for k, v in sorted(group.items(), key=lambda kv: int(kv[0])))
+        print(out, end="")
+    await _with_client(opts["a"], run)
 
 
-# -- cleanBrokerMetadata -a -b [-n ids] [-c] [-l] ----------------------------------------------------------------------------
+# -- cleanBrokerMetadata -a -bn [-b ids] [-c] [-l] -------------------------------------------------------------------
 
-async def clean_broker_metadata(args: argparse.Namespace) -> int:
-    async def run(c: ControllerClient) -> int:
-        resp = await c.clean_broker_data(args.clusterName or "", args.brokerName, args.brokerControllerIdsToClean,
-                                         args.cleanLivingBroker)
+async def clean_broker_metadata(opts: Opts, namesrv: list[str]) -> None:
+    ids = opts.get("b")
+    if ids is not None and not all(i.strip().isdigit() for i in ids.split(";")):
+        raise CommandFailed("please set the option <brokerControllerIdsToClean> according to the format")
+    living = "l" in opts
+    if not living and not opts.get("c"):
+        raise CommandFailed("cleanLivingBroker option is false, clusterName option can not be empty.")
+
+    async def run(c: ControllerClient) -> None:
+        resp = await c.clean_broker_data(opts.get("c") or "", opts["bn"], ids, living)
         if resp.code != RC.SUCCESS:
-            return _fail(f"cleanBrokerMetadata failed: {resp.code} {resp.remark}")
-        print(f"clear broker {args.brokerName} metadata from controller success!")
-        return 0
-    return await _with_client(args.controllerAddress, run)
+            raise CommandFailed(f"cleanBrokerMetadata failed: {resp.code} {resp.remark}")
+        print(f"clear broker {opts['bn']} metadata from controller success! ")
+    await _with_client(opts["a"], run)
 
 
-# -- getControllerConfig -a / updateControllerConfig -a -k -v ---------------------------------------------------------
+# -- getControllerConfig -a / updateControllerConfig -a -k -v -----------------------------------------------------------
 
-async def get_controller_config(args: argparse.Namespace) -> int:
-    async def run(c: ControllerClient) -> int:
+async def get_controller_config(opts: Opts, namesrv: list[str]) -> None:
+    async def run(c: ControllerClient) -> None:
         for addr in c.addrs:
             print(f"============{addr}============")
             for line in (await c.get_config(addr)).splitlines():
                 k, _, v = line.partition("=")
                 print(f"{k:<50s}=  {v}")
-        return 0
-    return await _with_client(args.controllerAddress, run)
+    await _with_client(opts["a"], run)
 
 
-async def update_controller_config(args: argparse.Namespace) -> int:
-    async def run(c: ControllerClient) -> int:
+async def update_controller_config(opts: Opts, namesrv: list[str]) -> None:
+    async def run(c: ControllerClient) -> None:
         for addr in c.addrs:
-            await c.update_config(addr, {args.key: args.value})
-            print(f"update controller config success, {addr}")
-        return 0
-    return await _with_client(args.controllerAddress, run)
+            await c.update_config(addr, {opts["k"]: opts["v"]})
+        print(f"update controller config success![{', '.join(c.addrs)}]\n{opts['k']} : {opts['v']}")
+    await _with_client(opts["a"], run)
 
 
-class SubParsers(Protocol):
-    """What `register` needs of argparse's subparsers object (`ArgumentParser.add_subparsers()`)."""
+A_REQ: OptionSpec = ("a", "controllerAddress", True, True, "the address of controller")
+A_LIST: OptionSpec = ("a", "controllerAddress", True, True,
+                      "Controller address list, eg: 192.168.0.1:9878;192.168.0.2:9878")
+INTERVAL: OptionSpec = ("i", "interval", True, False, "the interval(second) of get info")
 
-    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser: ...
-
-
-def register(sub: SubParsers) -> None:
-    def add(name: str, help_: str, fn: Handler) -> argparse.ArgumentParser:
-        p: argparse.ArgumentParser = sub.add_parser(name, help=help_, description=help_)
-        p.set_defaults(handler=_guard(fn))
-        return p
-
-    p = add("getControllerMetaData", "Get controller cluster's metadata", get_controller_metadata)
-    p.add_argument("-a", "--controllerAddress", required=True, help="the address of a controller")
-
-    p = add("getSyncStateSet", "Fetch syncStateSet for target brokers", get_sync_state_set)
-    p.add_argument("-a", "--controllerAddress", required=True, help="the address of a controller")
-    p.add_argument("-b", "--brokerName", help="broker name(s), comma separated")
-    p.add_argument("-c", "--clusterName", help="cluster name (needs -n)")
-    p.add_argument("-n", "--namesrvAddr", help="name server address, for -c")
-    p.add_argument("-i", "--interval", type=int, default=0, help="repeat every N seconds")
-
-    p = add("getBrokerEpoch", "Fetch broker epoch entries", get_broker_epoch)
-    p.add_argument("-b", "--brokerName", help="broker name")
-    p.add_argument("-c", "--clusterName", help="cluster name")
-    p.add_argument("-n", "--namesrvAddr", help="name server address (with -c)")
-    p.add_argument("-a", "--controllerAddress", help="controller address (with -b), instead of a name server")
-
-    p = add("electMaster", "Re-elect the specified broker as master", elect_master)
-    p.add_argument("-a", "--controllerAddress", required=True, help="controller address(es), ';' separated")
-    p.add_argument("-b", "--brokerName", required=True, help="the broker name of the replicas")
-    p.add_argument("-i", "--brokerId", required=True, type=int, help="the controller-assigned broker id to elect")
-    p.add_argument("-c", "--clusterName", required=True, help="the cluster name")
-
-    p = add("cleanBrokerMetadata", "Clean metadata of broker(s) on the controller", clean_broker_metadata)
-    p.add_argument("-a", "--controllerAddress", required=True, help="controller address(es), ';' separated")
-    p.add_argument("-b", "--brokerName", required=True, help="the broker name of the replicas")
-    p.add_argument("-n", "--brokerControllerIdsToClean", help="broker controller ids to clean, e.g. 1;2;3")
-    p.add_argument("-c", "--clusterName", help="the cluster name")
-    p.add_argument("-l", "--cleanLivingBroker", action="store_true", help="also clean brokers that are alive")
-
-    p = add("getControllerConfig", "Get controller config", get_controller_config)
-    p.add_argument("-a", "--controllerAddress", required=True, help="controller address(es), ';' separated")
-
-    p = add("updateControllerConfig", "Update controller config", update_controller_config)
-    p.add_argument("-a", "--controllerAddress", required=True, help="controller address(es), ';' separated")
-    p.add_argument("-k", "--key", required=True, help="config key")
-    p.add_argument("-v", "--value", required=True, help="config value")
+COMMANDS: tuple[ControllerCommand, ...] = (
+    ControllerCommand("getSyncStateSet", "Fetch syncStateSet for target brokers.", (
+        A_REQ, ("c", "clusterName", True, False, "which cluster"),
+        ("b", "brokerName", True, False, "which broker to fetch"), INTERVAL), _guard(get_sync_state_set)),
+    ControllerCommand("getBrokerEpoch", "Fetch broker epoch entries.", (
+        ("c", "clusterName", True, False, "which cluster"), ("b", "brokerName", True, False, "which broker to fetch"),
+        INTERVAL, ("a", "controllerAddress", True, False, "a controller, to find -b's replicas without a name server")),
+        _guard(get_broker_epoch)),
+    ControllerCommand("getControllerMetaData", "Get controller cluster's metadata.", (A_REQ,),
+                      _guard(get_controller_metadata)),
+    ControllerCommand("getControllerConfig", "Get controller config.", (A_LIST,), _guard(get_controller_config)),
+    ControllerCommand("updateControllerConfig", "Update controller config.", (
+        A_LIST, ("k", "key", True, True, "config key"), ("v", "value", True, True, "config value")),
+        _guard(update_controller_config)),
+    ControllerCommand("electMaster", "Re-elect the specified broker as master.", (
+        ("a", "controllerAddress", True, True, "The address of controller"),
+        ("b", "brokerId", True, True, "The id of the broker which requires to become master"),
+        ("bn", "brokerName", True, True, "The broker name of the replicas that require to be manipulated"),
+        ("c", "clusterName", True, True, "the clusterName of broker")), _guard(elect_master)),
+    ControllerCommand("cleanBrokerMetadata", "Clean metadata of broker on controller.", (
+        ("a", "controllerAddress", True, True, "The address of controller"),
+        ("b", "brokerControllerIdsToClean", True, False, "The brokerController id list which requires to clean "
+         "metadata. eg: 1;2;3, means that clean broker-1, broker-2 and broker-3"),
+        ("bn", "brokerName", True, True, "The broker name of the replicas that require to be manipulated"),
+        ("c", "clusterName", True, False, "The clusterName of broker"),
+        ("l", "cleanLivingBroker", False, False, "Whether clean up living brokers,default value is false")),
+        _guard(clean_broker_metadata)),
+)

@@ -1,6 +1,9 @@
 """`/metrics` of one controller member (Prometheus text on aiohttp, `controllerMetricsPort`, loopback by default):
 Raft term, commit and applied index and the apply lag, leadership, requests by type with failures and a latency
-histogram, broker heartbeats, live brokers, master elections and role-change pushes.
+histogram, broker heartbeats, live brokers, master elections and role-change pushes; the process's event-loop
+stalls and garbage-collector pauses (``brokerd/loopmon.py``: ``controller_loop_stall_seconds``,
+``controller_loop_stall_max_seconds``, ``controller_gc_pause_seconds``, ``controller_gc_collected_objects_total``,
+``controller_gc_frozen_objects``).
 
 `RequestStats` wraps each request handler (sync or async) to count and time it; `render` is pure over what it
 reads of the Raft node and the controller role (`ServerView`). Label values are request names (`CONTROLLER_ELECT_MASTER`), never user input.
@@ -16,6 +19,7 @@ from typing import Protocol
 
 from aiohttp import web
 
+from brokerd import loopmon
 from brokerd.remoting.codes import RequestCode
 from brokerd.remoting.command import RemotingCommand
 from brokerd.remoting.connection import Connection, Handler, HandlerResult
@@ -177,6 +181,9 @@ def render(self_id: str, raft: RaftLike, server: ServerView, stats: RequestStats
         lines.append(f'controller_request_duration_seconds_bucket{{{labels},le="+Inf"}} {f.count}')
         lines.append(f"controller_request_duration_seconds_sum{{{labels}}} {f.seconds:.6f}")
         lines.append(f"controller_request_duration_seconds_count{{{labels}}} {f.count}")
+    monitor = loopmon.current()
+    if monitor is not None:
+        lines.append(monitor.render("controller", node).rstrip("\n"))
     return "\n".join(lines) + "\n"
 
 

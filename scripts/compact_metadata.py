@@ -3,7 +3,8 @@
     scripts/compact-metadata [--master local[*]] --out DIR [--merge] [--snapshot FILE] SOURCE [SOURCE ...]
 
 A SOURCE is ``[NAME=]PATH``: a broker's store directory (read read-only, the broker may be running:
-``brokerd.sync.export.StoreReader``) or an export file (``python -m brokerd.sync.export``). Each source brings
+``brokerd.sync.export.StoreReader``; records below its local log are read from the tier the store names when it
+is tiered, unless ``--no-tier``) or an export file (``python -m brokerd.sync.export``). Each source brings
 a base snapshot (its latest snapshot file / the one in the export; none: the empty image) and the change
 records after it. The driver ships the record blocks and the base entries as RDD data (tasks read no local
 file, so ``--master spark://host:7077`` or ``yarn`` runs the same command), and the project as a zip of py-files.
@@ -65,6 +66,7 @@ from brokerd.sync.export import (  # noqa: E402 - after the path set-up
     BLOCK_RECORDS,
     TOPICS,
     ExportReader,
+    RecordsExpired,
     StoreReader,
     broker_name_of,
     pack_records,
@@ -108,6 +110,7 @@ class Plan:
     outputs: list[Output]
     merge: bool
     allow_gaps: bool = False
+    tier: bool = True  # store sources read below their local log from their tier
 
     def task_config(self) -> TaskConfig:
         out_of = {i: g for g, o in enumerate(self.outputs) for i in o.sources}
@@ -120,14 +123,14 @@ def open_source(spec: str) -> Source:
     if not sep:
         name, path = "", spec
     if Path(path).is_dir():
-        with StoreReader(path) as reader:
+        with StoreReader(path, tier=None) as reader:
             return Source(name or broker_name_of(path), path, True, reader.snapshot())
     header = ExportReader(path).header
     return Source(name or header.broker or broker_name_of(path), path, False, header.snapshot)
 
 
 def make_plan(specs: list[str], *, merge: bool = False, base: Snapshot | None = None, name: str | None = None,
-              allow_gaps: bool = False) -> Plan:  # fmt: skip
+              allow_gaps: bool = False, tier: bool = True) -> Plan:  # fmt: skip
     """Sources → outputs: one per source, or one for all (``merge``). ``base`` replaces the base snapshot(s)."""
     sources = [open_source(s) for s in specs]
     if merge or len(sources) == 1:
@@ -142,7 +145,7 @@ def make_plan(specs: list[str], *, merge: bool = False, base: Snapshot | None = 
         if len(set(names)) != len(names):
             raise ValueError(f"two sources have the same broker name ({names}): name them NAME=PATH")
         outputs = [Output(s.name, [i], s.snapshot) for i, s in enumerate(sources)]
-    return Plan(sources, outputs, merge, allow_gaps or merge)
+    return Plan(sources, outputs, merge, allow_gaps or merge, tier)
 
 
 def source_blocks(plan: Plan, index: int, block_records: int = BLOCK_RECORDS) -> Iterator[bytes]:
@@ -153,7 +156,7 @@ def source_blocks(plan: Plan, index: int, block_records: int = BLOCK_RECORDS) ->
         yield from reader.blocks()
         return
     floor = next(o.floor for o in plan.outputs if index in o.sources)
-    with StoreReader(src.path, allow_gaps=plan.allow_gaps) as store:
+    with StoreReader(src.path, allow_gaps=plan.allow_gaps, tier="auto" if plan.tier else None) as store:
         block = []
         for raw in store.records(floor):
             block.append(raw)
@@ -486,6 +489,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--name", help="the output's broker name with --merge (default: the first source's)")
     ap.add_argument("--partitions", type=int, help="shuffle partitions (default: from the data size)")
     ap.add_argument("--allow-gaps", action="store_true", help="compact even when needed records expired")
+    ap.add_argument("--no-tier", action="store_true", help="read store directories' local logs only, not their tiers")
     ap.add_argument("--no-spark", action="store_true", help="run the same tasks in this process (small inputs)")
     return ap.parse_args(argv)
 
@@ -494,17 +498,22 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     t0 = time.perf_counter()
     base = Snapshot.decode(Path(args.snapshot).read_bytes()) if args.snapshot else None
-    plan = make_plan(args.sources, merge=args.merge, base=base, name=args.name, allow_gaps=args.allow_gaps)
+    plan = make_plan(args.sources, merge=args.merge, base=base, name=args.name, allow_gaps=args.allow_gaps,
+                     tier=not args.no_tier)  # fmt: skip
     seconds: dict[str, float] = {}
-    if args.no_spark:
-        results = run_local(plan, args.partitions or 4)
-    else:
-        sc = spark_context(args.master)
-        seconds["sparkStart"] = time.perf_counter() - t0
-        try:
-            results = run_spark(sc, plan, args.partitions)
-        finally:
-            sc.stop()
+    try:
+        if args.no_spark:
+            results = run_local(plan, args.partitions or 4)
+        else:
+            sc = spark_context(args.master)
+            seconds["sparkStart"] = time.perf_counter() - t0
+            try:
+                results = run_spark(sc, plan, args.partitions)
+            finally:
+                sc.stop()
+    except RecordsExpired as exc:  # nothing written: the store (and its tier) no longer hold what is needed
+        print(f"compact-metadata: {exc}", file=sys.stderr)
+        return 2
     write_results(results, Path(args.out))
     seconds["total"] = time.perf_counter() - t0
     print(json.dumps(report(results, seconds, {"master": None if args.no_spark else args.master})))

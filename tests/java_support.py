@@ -12,6 +12,7 @@ clone's test run fetches what it needs itself.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import pathlib
 import shutil
@@ -69,3 +70,35 @@ def run_java(name: str, main_class: str, args: list[str], *, timeout: float = 12
     """Run ``main_class`` to completion, capturing its output (text)."""
     return subprocess.run(java_command(name, main_class, args), capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, **(env or {})}, **kw)
+
+
+class JavaLines:
+    """A long-running Java program of a test project that prints one JSON object per line (other lines are its
+    log) and stops when its stdin is closed; the objects are collected as they arrive (`rows`)."""
+
+    def __init__(self, cmd: list[str], cwd: pathlib.Path | None = None) -> None:
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                     text=True, cwd=str(cwd) if cwd else None)
+        self.rows: list[dict[str, Any]] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.startswith("{"):
+                self.rows.append(json.loads(line))
+
+    def of(self, key: str) -> list[Any]:
+        """The values of the rows that have ``key`` (e.g. "sent", "recv"), in arrival order."""
+        return [r[key] for r in list(self.rows) if key in r]
+
+    def stop(self) -> None:
+        """Close stdin (the program shuts down cleanly) and wait; killed after 30 s."""
+        if self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()

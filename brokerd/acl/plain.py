@@ -58,7 +58,7 @@ def _same(a: str, b: str) -> bool:
     return hmac.compare_digest(a.encode(), b.encode())
 
 
-def _text(v: object) -> str:
+def yaml_text(v: object) -> str:
     """YAML scalars as RocketMQ reads them into strings (``secretKey: 12345678`` is a number in YAML)."""
     if v is None:
         return ""
@@ -74,7 +74,7 @@ def _perm_map(where: str, key: str, items: object) -> dict[str, int]:
         raise AclConfigError(f"{where}: {key} must be a list of name=PERM")
     out: dict[str, int] = {}
     for item in items:
-        name, eq, perm_s = _text(item).partition("=")
+        name, eq, perm_s = yaml_text(item).partition("=")
         perm = parse_perm(perm_s)
         if not eq or not name.strip() or perm is None:
             raise AclConfigError(f"{where}: {key} entry {item!r} must be name=PUB|SUB|PUB|SUB|DENY")
@@ -83,9 +83,9 @@ def _perm_map(where: str, key: str, items: object) -> dict[str, int]:
 
 
 def _default_perm(where: str, key: str, v: object) -> int:
-    if v is None or _text(v).strip() == "":
+    if v is None or yaml_text(v).strip() == "":
         return DENY
-    perm = parse_perm(_text(v))
+    perm = parse_perm(yaml_text(v))
     if perm is None:
         raise AclConfigError(f"{where}: {key} must be PUB, SUB, PUB|SUB or DENY, got {v!r}")
     return perm
@@ -94,7 +94,7 @@ def _default_perm(where: str, key: str, v: object) -> int:
 def _account(where: str, d: object) -> Account:
     if not isinstance(d, dict):
         raise AclConfigError(f"{where}: an account must be a mapping")
-    ak, sk = _text(d.get("accessKey")), _text(d.get("secretKey"))
+    ak, sk = yaml_text(d.get("accessKey")), yaml_text(d.get("secretKey"))
     if len(ak) <= KEY_MIN_LENGTH or len(sk) <= KEY_MIN_LENGTH:
         raise AclConfigError(f"{where}: accessKey and secretKey must be longer than {KEY_MIN_LENGTH} characters")
     where = f"{where} ({ak})"
@@ -103,11 +103,11 @@ def _account(where: str, d: object) -> Account:
     except AddressPatternError as e:
         raise AclConfigError(f"{where}: whiteRemoteAddress: {e}") from None
     admin = d.get("admin", False)
-    if not isinstance(admin, bool) and _text(admin).lower() not in ("true", "false", ""):
+    if not isinstance(admin, bool) and yaml_text(admin).lower() not in ("true", "false", ""):
         raise AclConfigError(f"{where}: admin must be true or false, got {admin!r}")
     return Account(
         access_key=ak, secret_key=sk, white=white,
-        admin=admin if isinstance(admin, bool) else _text(admin).lower() == "true",
+        admin=admin if isinstance(admin, bool) else yaml_text(admin).lower() == "true",
         default_topic_perm=_default_perm(where, "defaultTopicPerm", d.get("defaultTopicPerm")),
         default_group_perm=_default_perm(where, "defaultGroupPerm", d.get("defaultGroupPerm")),
         topic_perms=_perm_map(where, "topicPerms", d.get("topicPerms")),
@@ -124,7 +124,7 @@ def parse_plain_acl(data: Any, source: str = "plain_acl.yml") -> PlainAcl:
     if not isinstance(whites, list):
         raise AclConfigError(f"{source}: globalWhiteRemoteAddresses must be a list")
     try:
-        global_white = tuple(parse_address_pattern(_text(w)) for w in whites)
+        global_white = tuple(parse_address_pattern(yaml_text(w)) for w in whites)
     except AddressPatternError as e:
         raise AclConfigError(f"{source}: globalWhiteRemoteAddresses: {e}") from None
     accounts: dict[str, Account] = {}
@@ -161,4 +161,4 @@ def load_tools_credentials(path: str) -> tuple[str, str]:
         raise AclConfigError(f"{path}: cannot read credentials: {e}") from None
     if not isinstance(data, dict) or not data.get("accessKey") or not data.get("secretKey"):
         raise AclConfigError(f"{path}: accessKey and secretKey are required")
-    return _text(data["accessKey"]), _text(data["secretKey"])
+    return yaml_text(data["accessKey"]), yaml_text(data["secretKey"])

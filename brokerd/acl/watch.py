@@ -43,6 +43,11 @@ class AclFile:
                 self._reload(stamp)
         return self._acl
 
+    def reload_now(self) -> None:
+        """Re-read the file at once when it changed (after this process wrote it: ``brokerd.acl.edit``)."""
+        self._next_check = self._clock()
+        self.current()
+
     def _reload(self, stamp: tuple[int, int, int] | None) -> None:
         self._stamp = stamp
         try:

@@ -1,199 +1,119 @@
-"""`mqadmin`: RocketMQ's admin tool subset for this project (RocketMQ option letters, --help, exit codes).
+"""`mqadmin`: RocketMQ's admin tool — its command names, option letters (commons-cli), name server discovery
+(-n, else NAMESRV_ADDR) and printed output. `mqadmin` alone lists the commands, `mqadmin help <command>` (or
+`<command> -h`) prints a command's options.
 
-Exit codes: 0 success, 1 the server answered an error (its code and remark are printed), 2 usage error,
-3 cannot connect / timeout.
+Exit codes: 0 success; 1 the command failed (unknown command, missing/malformed option, unknown topic, group or
+broker, an error answer, an unreachable server): one line naming what is wrong on stderr, nothing changed.
 
-ACL: ``--accessKey AK --secretKey SK`` (anywhere on the command line) or ``--credentialsFile FILE`` (YAML with
-accessKey/secretKey, RocketMQ's conf/tools.yml format; default: $ROCKETMQ_HOME/conf/tools.yml when it exists)
-sign every request, as RocketMQ's mqadmin does with its AclClientRPCHook."""
+ACL: `--accessKey AK --secretKey SK` anywhere on the command line (except where the command itself has options of
+those names: updateAclConfig, deleteAclConfig) or `--credentialsFile FILE` (conf/tools.yml's format; default
+$ROCKETMQ_HOME/conf/tools.yml when it exists) sign every request, as RocketMQ's AclClientRPCHook does."""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import sys
-from collections.abc import Awaitable, Callable
-from typing import Any
-
-import orjson
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TextIO
 
 from brokerd.acl import AclConfigError, sign_request
 from brokerd.acl.plain import load_tools_credentials
-from brokerd.remoting import ConnectionClosed, RemotingClient, RemotingCommand, RemotingTimeout, request
-
-Handler = Callable[[argparse.Namespace], Awaitable[int]]
-
-
-async def call(addr: str, code: int, ext: dict[str, str] | None = None, body: bytes | None = None,
-               timeout: float = 10.0) -> RemotingCommand:
-    client = RemotingClient()
-    try:
-        return await client.invoke(addr, request(code, ext or {}, body), timeout)
-    finally:
-        await client.close()
-
-
-def fail(resp: RemotingCommand) -> int:
-    print(f"error: code={resp.code} {resp.remark or ''}".rstrip(), file=sys.stderr)
-    return 1
-
-
-def parse_identity(s: str) -> dict[str, str]:
-    parts = s.split(":")
-    if len(parts) != 3 or not parts[2].isdigit():
-        raise argparse.ArgumentTypeError(f"expected cluster:brokerName:brokerId, got {s!r}")
-    return {"brokerClusterName": parts[0], "brokerName": parts[1], "brokerId": parts[2]}
-
-
-def identity_arg(s: str) -> str:
-    parse_identity(s)
-    return s
-
-
-def _target(args: argparse.Namespace) -> dict[str, str]:
-    return parse_identity(args.broker) if getattr(args, "broker", None) else {}
-
-
-async def add_broker(args: argparse.Namespace) -> int:
-    resp = await call(args.container, 902, {"configPath": args.config})
-    if resp.code:
-        return fail(resp)
-    print(resp.remark or "add broker success")
-    return 0
-
-
-async def remove_broker(args: argparse.Namespace) -> int:
-    resp = await call(args.container, 903, parse_identity(args.broker))
-    if resp.code:
-        return fail(resp)
-    print(f"remove broker {args.broker} success")
-    return 0
-
-
-async def list_brokers(args: argparse.Namespace) -> int:
-    resp = await call(args.container, 910)
-    if resp.code:
-        return fail(resp)
-    rows = orjson.loads(resp.body or b"{}").get("brokers", [])
-    print(f"{'#Identity':<40} {'#Addr':<22} {'#Role':<13} {'#Status':<9} #LastError")
-    for r in rows:
-        print(f"{r['identity']:<40} {r['addr']:<22} {r['role']:<13} {r['status']:<9} {r.get('lastError', '')}")
-    return 0
-
-
-async def get_broker_config(args: argparse.Namespace) -> int:
-    resp = await call(args.container, 26, _target(args))
-    if resp.code:
-        return fail(resp)
-    sys.stdout.write((resp.body or b"").decode())
-    return 0
-
-
-async def update_broker_config(args: argparse.Namespace) -> int:
-    resp = await call(args.container, 25, _target(args), f"{args.key}={args.value}\n".encode())
-    if resp.code:
-        return fail(resp)
-    print(f"update broker config success, {args.key}={args.value}")
-    return 0
-
-
-async def broker_status(args: argparse.Namespace) -> int:
-    resp = await call(args.broker_addr, 28)
-    if resp.code:
-        return fail(resp)
-    table = orjson.loads(resp.body or b"{}").get("table", {})
-    for k in sorted(table):
-        print(f"{k:<32}: {table[k]}")
-    return 0
-
-
-async def update_topic(args: argparse.Namespace) -> int:
-    ext = {"topic": args.topic, "readQueueNums": str(args.readQueueNums), "writeQueueNums": str(args.writeQueueNums),
-           "perm": str(args.perm), "topicFilterType": "SINGLE_TAG", "order": "false"}
-    resp = await call(args.broker_addr, 17, ext)
-    if resp.code:
-        return fail(resp)
-    print(f"create topic to {args.broker_addr} success.")
-    return 0
-
-
-async def topic_route(args: argparse.Namespace) -> int:
-    resp = await call(args.namesrv, 105, {"topic": args.topic})
-    if resp.code:
-        return fail(resp)
-    print(orjson.dumps(orjson.loads(resp.body or b"{}"), option=orjson.OPT_INDENT_2).decode())
-    return 0
-
-
-async def cluster_list(args: argparse.Namespace) -> int:
-    resp = await call(args.namesrv, 106)
-    if resp.code:
-        return fail(resp)
-    print(orjson.dumps(orjson.loads(resp.body or b"{}"), option=orjson.OPT_INDENT_2).decode())
-    return 0
-
-
-def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="mqadmin", description="RocketMQ-compatible admin tool")
-    sub = ap.add_subparsers(dest="command", metavar="<command>")
-    sub.required = True
-
-    def cmd(name: str, fn: Handler, help_: str) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help_, description=help_)
-        p.set_defaults(handler=fn)
-        return p
-
-    p = cmd("addBroker", add_broker, "Add a broker to a broker container")
-    p.add_argument("-c", "--brokerContainerAddr", dest="container", required=True, help="container host:port")
-    p.add_argument("-b", "--brokerConfigPath", dest="config", required=True, help="broker config path on the container host")
-    p = cmd("removeBroker", remove_broker, "Remove a broker from a broker container")
-    p.add_argument("-c", "--brokerContainerAddr", dest="container", required=True)
-    p.add_argument("-b", "--brokerIdentity", dest="broker", required=True, type=identity_arg,
-                   help="cluster:brokerName:brokerId")
-    p = cmd("listBrokers", list_brokers, "List the brokers of a broker container")
-    p.add_argument("-c", "--brokerContainerAddr", dest="container", required=True)
-    p = cmd("getBrokerConfig", get_broker_config, "Get the config of a broker in a container")
-    p.add_argument("-c", "--brokerContainerAddr", dest="container", required=True)
-    p.add_argument("-b", "--brokerIdentity", dest="broker", type=identity_arg, help="cluster:brokerName:brokerId")
-    p = cmd("updateBrokerConfig", update_broker_config, "Update one config key of a broker in a container")
-    p.add_argument("-c", "--brokerContainerAddr", dest="container", required=True)
-    p.add_argument("-b", "--brokerIdentity", dest="broker", type=identity_arg, help="cluster:brokerName:brokerId")
-    p.add_argument("-k", "--key", required=True)
-    p.add_argument("-v", "--value", required=True)
-    p = cmd("brokerStatus", broker_status, "Fetch a broker's runtime status and counters")
-    p.add_argument("-b", "--brokerAddr", dest="broker_addr", required=True)
-    p = cmd("updateTopic", update_topic, "Create or update a topic on a broker")
-    p.add_argument("-b", "--brokerAddr", dest="broker_addr", required=True)
-    p.add_argument("-t", "--topic", required=True)
-    p.add_argument("-r", "--readQueueNums", type=int, default=8)
-    p.add_argument("-w", "--writeQueueNums", type=int, default=8)
-    p.add_argument("-p", "--perm", type=int, default=6)
-    p = cmd("topicRoute", topic_route, "Examine a topic's route info")
-    p.add_argument("-n", "--namesrvAddr", dest="namesrv", required=True)
-    p.add_argument("-t", "--topic", required=True)
-    p = cmd("clusterList", cluster_list, "List cluster info")
-    p.add_argument("-n", "--namesrvAddr", dest="namesrv", required=True)
-    try:
-        from controller.admin_commands import register
-    except ImportError:
-        pass
-    else:
-        register(sub)
-    return ap
-
+from brokerd.admin import (
+    cmd_acl,
+    cmd_broker,
+    cmd_container,
+    cmd_export,
+    cmd_group,
+    cmd_message,
+    cmd_namesrv,
+    cmd_offset,
+    cmd_pop,
+    cmd_query,
+    cmd_topic,
+)
+from brokerd.admin.client import AdminClient, AdminError, split_namesrv
+from brokerd.admin.command import Command, Ctx
+from brokerd.admin.options import Opt, Parsed, UsageError, all_opts, help_text, parse
+from brokerd.remoting.client import RemotingClient
+from brokerd.remoting.command import RemotingCommand
+from controller.admin_commands import COMMANDS as CONTROLLER_COMMANDS
+from controller.admin_commands import CommandFailed, ControllerCommand
 
 CREDENTIAL_OPTIONS = ("--accessKey", "--secretKey", "--credentialsFile")
+# MQAdminStartup.initCommand's order (the commands this tool has), then ours
+ORDER = ("updateTopic", "deleteTopic", "updateSubGroup", "setConsumeMode", "deleteSubGroup", "updateBrokerConfig", "updateTopicPerm",
+         "topicRoute", "topicStatus", "topicClusterList", "addBroker", "removeBroker", "brokerStatus", "queryMsgById",
+         "queryMsgByKey", "queryMsgByUniqueKey", "queryMsgByOffset", "printMsg", "printMsgByQueue", "sendMsgStatus",
+         "brokerConsumeStats", "producerConnection", "consumerConnection", "consumerProgress", "consumerStatus",
+         "cloneGroupOffset", "clusterList", "topicList", "updateKvConfig", "deleteKvConfig", "wipeWritePerm",
+         "addWritePerm", "resetOffsetByTime", "updateOrderConf", "cleanExpiredCQ", "deleteExpiredCommitLog",
+         "cleanUnusedTopic", "statsAll", "allocateMQ", "checkMsgSendRT", "clusterRT", "getNamesrvConfig",
+         "updateNamesrvConfig", "getBrokerConfig", "getConsumerConfig", "queryCq", "sendMessage", "consumeMessage",
+         "updateAclConfig", "deleteAclConfig", "clusterAclConfigVersion", "updateGlobalWhiteAddr", "getAclConfig",
+         "exportMetadata", "exportConfigs", "exportMetrics", "haStatus", "getSyncStateSet", "getBrokerEpoch",
+         "getControllerMetaData", "getControllerConfig", "updateControllerConfig", "electMaster",
+         "cleanBrokerMetadata", "listBrokers")
 
 
-def take_credentials(argv: list[str]) -> tuple[list[str], tuple[str, str] | None]:
-    """Remove the ACL options from argv (they may follow any command); the account to sign with, if any.
-    Raises AclConfigError for an unreadable credentials file, ValueError for a half-given account."""
+def _controller_command(cc: ControllerCommand) -> Command:
+    async def body(ctx: Ctx) -> None:
+        try:
+            await cc.run(ctx.opts.values, ctx.client.namesrv)
+        except CommandFailed as e:
+            raise AdminError(str(e)) from None
+
+    spec = tuple(Opt(short, long, has_arg, desc, required) for short, long, has_arg, required, desc in cc.options)
+    return Command(cc.name, cc.desc, spec, body)
+
+
+def commands() -> list[Command]:
+    found: dict[str, Command] = {}
+    for family in (cmd_topic, cmd_group, cmd_offset, cmd_message, cmd_query, cmd_broker, cmd_namesrv, cmd_acl,
+                   cmd_export, cmd_container, cmd_pop):
+        for cmd in family.COMMANDS:
+            found[cmd.name] = cmd
+    for cc in CONTROLLER_COMMANDS:
+        found[cc.name] = _controller_command(cc)
+    return sorted(found.values(), key=lambda c: ORDER.index(c.name) if c.name in ORDER else len(ORDER))
+
+
+def find(name: str, cmds: Sequence[Command]) -> Command | None:
+    """MQAdminStartup.findSubCommand: by name or alias, ignoring case."""
+    low = name.lower()
+    return next((c for c in cmds if c.name.lower() == low or (c.alias or "").lower() == low), None)
+
+
+def overview(cmds: Sequence[Command]) -> str:
+    lines = ["The most commonly used mqadmin commands are:"]
+    lines += [f"   {c.name:<35} {c.desc}" for c in cmds]
+    return "\n".join(lines) + "\n\nSee 'mqadmin help <command>' for more information on a specific command.\n"
+
+
+# -- credentials ---------------------------------------------------------------------------------------------------
+
+def _command_word(argv: Sequence[str]) -> str | None:
+    skip = False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a in CREDENTIAL_OPTIONS:
+            skip = True
+        elif not a.startswith("-"):
+            return a
+    return None
+
+
+def take_credentials(argv: list[str], own: frozenset[str] = frozenset()) -> tuple[list[str], tuple[str, str] | None]:
+    """Remove the ACL options from argv (they may come before or after the command); the account to sign with.
+    Options in `own` (long names the command itself declares) stay. Raises AclConfigError for an unreadable
+    credentials file, ValueError for a half-given account."""
     rest, opts = [], {}
     it = iter(argv)
     for a in it:
         name, eq, val = a.partition("=")
-        if name in CREDENTIAL_OPTIONS:
+        if name in CREDENTIAL_OPTIONS and name[2:] not in own:
             opts[name] = val if eq else next(it, "")
         else:
             rest.append(a)
@@ -208,27 +128,93 @@ def take_credentials(argv: list[str]) -> tuple[list[str], tuple[str, str] | None
     return rest, ((ak, sk) if ak else None)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = build_parser()
+# -- running -------------------------------------------------------------------------------------------------------
+
+@dataclass
+class _Prepared:
+    cmd: Command
+    opts: Parsed
+    namesrv: list[str]
+    creds: tuple[str, str] | None
+    out: TextIO
+
+
+def _fail(name: str, message: str) -> int:
+    print(f"mqadmin {name}: {message}", file=sys.stderr)
+    return 1
+
+
+def _prepare(argv: Sequence[str], out: TextIO) -> _Prepared | int:
+    """Everything before a request is sent: the command, its options, the account; an exit code when done."""
+    cmds = commands()
+    word = _command_word(argv)
+    cmd = find(word, cmds) if word else None
+    own = frozenset(o.long_name for o in all_opts(cmd.spec)) if cmd else frozenset()
     try:
-        argv, creds = take_credentials(list(sys.argv[1:] if argv is None else argv))
+        argv, creds = take_credentials(list(argv), own)
     except (AclConfigError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return _fail(word or "", str(e))
+    if not argv or argv[0] in ("-h", "--help"):
+        out.write(overview(cmds))
+        return 0
+    if argv[0] == "help" and len(argv) == 2:
+        target = find(argv[1], cmds)
+        if target is None:
+            return _fail("help", f"The sub command {argv[1]} not exist.")
+        out.write(help_text(target.name, target.spec))
+        return 0
+    if cmd is None or argv[0] != word:
+        return _fail(argv[0], f"The sub command {argv[0]} not exist. See 'mqadmin' for the list.")
+    if "-h" in argv[1:] or "--help" in argv[1:]:
+        out.write(help_text(cmd.name, cmd.spec))
+        return 0
+    try:
+        opts = parse(cmd.spec, argv[1:])
+    except UsageError as e:
+        return _fail(cmd.name, f"{e} (see 'mqadmin help {cmd.name}')")
     if creds is not None:
         ak, sk = creds
 
-        def sign(cmd: RemotingCommand) -> None:
-            sign_request(cmd, ak, sk)
+        def sign(c: RemotingCommand) -> None:
+            sign_request(c, ak, sk)
 
-        RemotingClient.default_before_request = sign
-    args = ap.parse_args(argv)
-    handler: Any = args.handler
+        RemotingClient.default_before_request = sign  # the controller commands' own clients sign too
+    return _Prepared(cmd, opts, split_namesrv(opts.get("n") or os.environ.get("NAMESRV_ADDR")), creds, out)
+
+
+async def _execute(p: _Prepared) -> int:
+    client = AdminClient(p.namesrv, p.creds)
     try:
-        return int(asyncio.run(handler(args)))
-    except (ConnectionClosed, RemotingTimeout, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 3
+        await p.cmd.body(Ctx(p.opts, client, p.out))
+    except BrokenPipeError:  # the reader went away (mqadmin ... | head)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (AdminError, UsageError, ValueError, OSError) as e:
+        p.out.flush()
+        return _fail(p.cmd.name, str(e) or type(e).__name__)
+    finally:
+        await client.close()
+    return 0
+
+
+async def arun_command(argv: Sequence[str], out: TextIO | None = None) -> int:
+    """`run_command` on the running event loop."""
+    prepared = _prepare(argv, out or sys.stdout)
+    return prepared if isinstance(prepared, int) else await _execute(prepared)
+
+
+def run_command(argv: Sequence[str], out: TextIO | None = None) -> int:
+    """Run one mqadmin command line (without the program name); the exit code."""
+    prepared = _prepare(argv, out or sys.stdout)
+    if isinstance(prepared, int):
+        return prepared
+    try:
+        return asyncio.run(_execute(prepared))
+    except KeyboardInterrupt:
+        return 130
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_command(sys.argv[1:] if argv is None else argv)
 
 
 if __name__ == "__main__":

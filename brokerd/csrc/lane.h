@@ -3,6 +3,7 @@
  * lane_topic.c (the topic table); lane_send.c calls into lane_topic.c; never the other way. */
 #ifndef BROKERD_LANE_H
 #define BROKERD_LANE_H
+#include "index_writer.h"
 #include "send.h"
 
 #define HEADER_V4_SIZE 88
@@ -38,8 +39,7 @@ typedef struct {
      * ix: that file while a run writes into it (file NULL otherwise), and the last topic's hash seed */
     PyObject *index_current;
     PyObject *cq_put;       /* ConsumeQueue.put (the function): a queue's put bound to it is done by lane_cq.c */
-    struct { PyObject *file; Py_buffer sv, ev; long long slots, limit, count, begin_ts, begin_phy, end_ts, end_phy;
-             int wrote; PyObject *seed_topic; uint32_t seed; } ix;
+    IndexWriter ix;
     char cluster[256]; Py_ssize_t cluster_n;
     char id_prefix[16];
     char uniq_prefix[20];   /* UNIQ_KEYs the lane generates: this prefix + ms since month start + counter */
@@ -112,7 +112,7 @@ typedef struct {
 
 /* Why a frame is left to Python (Lane.why; names in brokerd/processors/send_lane.py FALLBACK_REASONS, same order). */
 enum { WHY_NONE, WHY_HEADER, WHY_NOT_SEND, WHY_ONEWAY, WHY_BATCH, WHY_FIELDS, WHY_TRANSACTION, WHY_TOPIC, WHY_QUEUE,
-       WHY_PROPERTIES, WHY_DELAY, WHY_WAIT_FALSE, WHY_SIZE, WHY_ACL };
+       WHY_PROPERTIES, WHY_DELAY, WHY_WAIT_FALSE, WHY_SIZE, WHY_ACL, WHY_TIMER };
 
 #define PYTHON(reason) do { l->why = (reason); return 0; } while (0)  /* leave the frame to Python, for `reason` */
 

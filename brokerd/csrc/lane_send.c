@@ -91,6 +91,12 @@ static int delay_level(Lane *l, Send *s, const Prop *d) {
 
 static int stored_props(Lane *l, Send *s, int delay, int wait_check);
 
+/* A timer property on the send (TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS, the 4.x __STARTDELIVERTIME). */
+static int timer_props(const Send *s) {
+    return prop(s->ps, s->np, "TIMER_DELIVER_MS", 16) || prop(s->ps, s->np, "TIMER_DELAY_SEC", 15) ||
+           prop(s->ps, s->np, "TIMER_DELAY_MS", 14) || prop(s->ps, s->np, "__STARTDELIVERTIME", 18);
+}
+
 /* The properties (parsed into s->ps from the header's bytes; with escapes other than the separators' unescaped into
  * l->scratch first) and the stored form (l->props: the pairs in order, a generated UNIQ_KEY after them when there
  * was none, CLUSTER set); 0 ok, else WHY_*. */
@@ -118,6 +124,7 @@ static int stored_props(Lane *l, Send *s, int delay, int wait_check) {
         if (!delay || tm == NULL || tm->vn != 4 || memcmp(tm->v, "true", 4) != 0 || l->half_entry == NULL)
             return WHY_TRANSACTION;
     }
+    if (delay && !s->half && timer_props(s)) return WHY_TIMER;  /* brokerd/timer parks or refuses it */
     int why = delay && !s->half ? delay_level(l, s, prop(s->ps, s->np, "DELAY", 5)) : 0;
     if (why) return why;
     const Prop *wait = prop(s->ps, s->np, "WAIT", 4);
@@ -352,18 +359,21 @@ static int refuse(Lane *l, const unsigned char *b, Py_ssize_t total, PyObject *o
     uint32_t word = (uint32_t)be32(b + 4);
     Py_ssize_t hlen = word & 0xFFFFFF;
     uint32_t stype = word >> 24;
-    Hdr h;
-    if (stype > 1 || 4 + hlen > total ||
-        (stype ? parse_binary_header((const char *)b + 8, hlen, &h) : parse_header((const char *)b + 8, hlen, &h)))
-        PYTHON(WHY_HEADER);
-    if (h.code != 310 && h.code != 10 && h.code != 320) PYTHON(WHY_NOT_SEND);
-    if (h.flag_kind && h.flag != 0 && h.flag != 2) PYTHON(WHY_HEADER);  /* a response bit: not a request */
+    Hdr own;
+    const Hdr *h = NULL;
+    if (stype <= 1 && 4 + hlen <= total) {  /* a JSON header by its differences from a client's last (hcache.c) */
+        const char *hp = (const char *)b + 8;
+        h = stype ? (parse_binary_header(hp, hlen, &own) ? NULL : &own) : parse_header_cached(&l->hc, hp, hlen, &own);
+    }
+    if (h == NULL) PYTHON(WHY_HEADER);
+    if (h->code != 310 && h->code != 10 && h->code != 320) PYTHON(WHY_NOT_SEND);
+    if (h->flag_kind && h->flag != 0 && h->flag != 2) PYTHON(WHY_HEADER);  /* a response bit: not a request */
     l->refused++;
-    if (h.flag_kind && h.flag == 2) return 1;
+    if (h->flag_kind && h->flag == 2) return 1;
     Out o;
     out_init(&o);
     int rc = OUT_LIT(&o, "{\"code\":2,\"extFields\":{},\"flag\":1,\"language\":\"JAVA\",\"opaque\":");
-    rc |= out_ll(&o, h.opaque_kind ? h.opaque : 0);
+    rc |= out_ll(&o, h->opaque_kind ? h->opaque : 0);
     rc |= OUT_LIT(&o, ",\"serializeTypeCurrentRPC\":\"JSON\",\"version\":479,\"remark\":");
     rc |= out_jstr(&o, l->busy, l->busy_n);
     rc |= OUT_LIT(&o, "}");

@@ -14,6 +14,10 @@
  * 6. scan_pull (pull_scan.c): a pull's read loop over one consume-queue file's entries (reader._step per entry).
  * 7. the header cache (hcache.c): the lane parses a JSON header by its differences from the client's previous one.
  * 8. crc_of (crc.c): a body's CRC-32 for the lane and scan_log (carry-less multiplication where the CPU has it).
+ * 9. BatchAppender (store_batch.c): MessageStore.append_messages's records, queue offsets, consume-queue and key
+ *    index entries for a batch of broker-originated messages (brokerd/store/batch_append.py drives it).
+ * 10. props_decode (props.c): a stored record's properties string as a dict (decode_properties, the reference).
+ * 11. timer_prepare (timer_prepare.c): a due timer's message made from its parked record (brokerd/timer/deliver.py).
  */
 #include "send.h"
 
@@ -38,7 +42,10 @@ static PyObject *java_hash_py(PyObject *self, PyObject *arg) {
 
 PyObject *sync_close(PyObject *self, PyObject *args);
 PyObject *header_cache_check(PyObject *self, PyObject *seq);
+PyObject *props_decode(PyObject *self, PyObject *args);
+PyObject *timer_prepare(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 extern PyTypeObject SyncerType;
+extern PyTypeObject BatchAppenderType;
 
 static PyMethodDef methods[] = {
     {"setup", setup, METH_VARARGS, "setup(RemotingCommand, LANGUAGES, zlib.crc32)"},
@@ -52,6 +59,9 @@ static PyMethodDef methods[] = {
     {"scan_pull", scan_pull, METH_VARARGS, "scan_pull(chunk, q0, i, state, limits, tag_filter, files, segment_size, "
      "buffers, qoffs) -> (i, stopped)"},
     {"index_put", index_put, METH_VARARGS, "index_put(slots, entries, slot_count, count, max, seed, keys, phys, ts)"},
+    {"props_decode", props_decode, METH_VARARGS, "props_decode(buf, start, end) -> dict, or None when not UTF-8"},
+    {"timer_prepare", (PyCFunction)(void (*)(void))timer_prepare, METH_FASTCALL,
+     "timer_prepare(raw, qoff, due, roll, now, timer_topic, msg_type) -> message, None, False (stale), NotImplemented"},
     {NULL},
 };
 
@@ -66,6 +76,9 @@ PyMODINIT_FUNC PyInit__native(void) {
     if (PyType_Ready(&SyncerType) < 0) return NULL;
     Py_INCREF(&SyncerType);
     PyModule_AddObject(m, "Syncer", (PyObject *)&SyncerType);
+    if (PyType_Ready(&BatchAppenderType) < 0) return NULL;
+    Py_INCREF(&BatchAppenderType);
+    PyModule_AddObject(m, "BatchAppender", (PyObject *)&BatchAppenderType);
     g_java = PyUnicode_InternFromString("JAVA");
     g_true_s = PyUnicode_InternFromString("true");
     g_false_s = PyUnicode_InternFromString("false");

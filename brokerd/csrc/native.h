@@ -165,6 +165,9 @@ static inline int attr_ll(PyObject *o, const char *name, long long *v) {
     return *v == -1 && PyErr_Occurred() ? -1 : 0;
 }
 
+/* ---- a record's properties string as a dict (props.c): NULL with an exception, None when not UTF-8 */
+PyObject *props_dict(const char *p, Py_ssize_t n);
+
 /* ---- a pull's read over one consume-queue file (pull_scan.c) */
 PyObject *scan_pull(PyObject *self, PyObject *args);
 

@@ -1,14 +1,16 @@
 """A slave's metadata baseline (RocketMQ 4.x `SlaveSynchronize`) and consumer offsets committed on a slave.
 
 `SlaveMetadataSync`, one per broker, runs while the broker is a slave whose master is known
-(`master_broker_addr()` not None). Every `interval_ms` (RocketMQ: 3000 ms) it pulls the master's four tables
+(`master_broker_addr()` not None). Every `interval_ms` (RocketMQ: 3000 ms) it pulls the master's tables
 over remoting and installs them with `ConfigManager.adopt_state` (the master's entries over the slave's built-in
 ones, as a file load does):
 
 * GET_ALL_TOPIC_CONFIG (21) and GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201): replaced only when the master's
   DataVersion differs from the slave's (RocketMQ compares those two);
 * GET_ALL_CONSUMER_OFFSET (43) and GET_ALL_DELAY_OFFSET (45): replaced when the content differs (their
-  DataVersions move only every N commits, so comparing them would miss changes).
+  DataVersions move only every N commits, so comparing them would miss changes);
+* GET_ALL_MESSAGE_REQUEST_MODE (402, the POP/PULL modes of `mqadmin setConsumeMode`): replaced when the content
+  differs (a master that does not know the code has none).
 
 A changed table is persisted at once (encoded on the loop, written off it).
 
@@ -65,6 +67,7 @@ TOPICS: Final = "topics"
 CONSUMER_OFFSETS: Final = "consumer_offsets"
 DELAY_OFFSETS: Final = "delay_offsets"
 SUBSCRIPTION_GROUPS: Final = "subscription_groups"
+MESSAGE_REQUEST_MODES: Final = "message_request_modes"  # POP / PULL per topic and group (brokerd/pop)
 
 OffsetKey = tuple[str, str, int]  # (group, topic, queue id)
 
@@ -369,13 +372,15 @@ class SlaveMetadataSync:
     # ----- one sync -----
 
     async def _sync_tables(self, addr: str, changed: list[str]) -> None:
-        """Fetch and install the four tables in RocketMQ's order; appends the names of replaced tables."""
+        """Fetch and install the tables in RocketMQ's order (SlaveSynchronize: topics, offsets, delay offsets,
+        subscription groups, message request modes); appends the names of replaced tables."""
         meta = self._host.meta
         steps: tuple[tuple[str, int, ConfigManager[Any, Any], bool], ...] = (
             (TOPICS, RequestCode.GET_ALL_TOPIC_CONFIG, meta.topics, True),
             (CONSUMER_OFFSETS, RequestCode.GET_ALL_CONSUMER_OFFSET, meta.offsets, False),
             (DELAY_OFFSETS, RequestCode.GET_ALL_DELAY_OFFSET, meta.delay_offsets, False),
             (SUBSCRIPTION_GROUPS, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, meta.subscriptions, True),
+            (MESSAGE_REQUEST_MODES, RequestCode.GET_ALL_MESSAGE_REQUEST_MODE, meta.request_modes, False),
         )
         if not self.full_sync:  # incremental sync (RIP-81) replicates the tables: only forward offsets
             await self._push(addr)
@@ -383,11 +388,16 @@ class SlaveMetadataSync:
         for name, code, manager, by_version in steps:
             if name == CONSUMER_OFFSETS:
                 await self._push(addr)
-            doc = parse_body(await self._host.outer.invoke(addr, request(code), self._timeout_s), name)
+            resp = await self._host.outer.invoke(addr, request(code), self._timeout_s)
+            if name == MESSAGE_REQUEST_MODES and resp.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
+                continue  # a master without POP (RocketMQ 4.x) has no modes to adopt
+            doc = parse_body(resp, name)
             if self._host.master_broker_addr() != addr:  # role or master changed while we waited
                 raise SyncError(f"master changed during the sync (was {addr})")
             if name == CONSUMER_OFFSETS:
                 doc = overlay_offsets(doc, self._pending.as_dict())
+            elif name == MESSAGE_REQUEST_MODES and isinstance(doc, dict) and "dataVersion" not in doc:
+                doc = {**doc, "dataVersion": manager.data_version.to_json()}  # RocketMQ's 402: content only
             try:
                 replaced = manager.adopt_state(doc, if_version_differs=by_version)
             except (ValueError, TypeError) as e:
@@ -428,7 +438,7 @@ class SlaveMetadataSync:
         meta = self._host.meta
         managers: dict[str, ConfigManager[Any, Any]] = {
             TOPICS: meta.topics, CONSUMER_OFFSETS: meta.offsets, DELAY_OFFSETS: meta.delay_offsets,
-            SUBSCRIPTION_GROUPS: meta.subscriptions}
+            SUBSCRIPTION_GROUPS: meta.subscriptions, MESSAGE_REQUEST_MODES: meta.request_modes}
         jobs = [job for name in changed if (job := managers[name].prepare_persist()) is not None]
         for job in jobs:
             try:

@@ -1,4 +1,4 @@
-"""BrokerMetadata: one broker's hub + four managers, and the master -> slave snapshot/replay primitives.
+"""BrokerMetadata: one broker's hub + five managers, and the master -> slave snapshot/replay primitives.
 
 Replication model (RIP-81 style; the transport is a later issue):
 * master: `snapshot()` captures every table, every DataVersion and the position `(stream, seq)` the state
@@ -30,6 +30,7 @@ import structlog
 from .hook import (
     KIND_CONSUMER_OFFSET,
     KIND_DELAY_OFFSET,
+    KIND_MESSAGE_REQUEST_MODE,
     KIND_SUBSCRIPTION_GROUP,
     KIND_TOPIC,
     MetadataChange,
@@ -38,11 +39,12 @@ from .hook import (
 from .manager import ConfigManager
 from .offsets import ConsumerOffsetManager, DelayOffsetManager
 from .persist import PersistJob
+from .request_mode import MessageRequestModeManager
 from .subscription import SubscriptionGroupManager
 from .topic import TopicConfigManager
 
 SNAPSHOT_FORMAT: Final = 1
-_SECTIONS: Final = ("topics", "subscriptionGroups", "consumerOffsets", "delayOffsets")
+_SECTIONS: Final = ("topics", "subscriptionGroups", "consumerOffsets", "delayOffsets", "messageRequestModes")
 
 
 class MetadataSyncGap(Exception):
@@ -50,8 +52,9 @@ class MetadataSyncGap(Exception):
 
 
 class BrokerMetadata:
-    """Bundles the hub and the four managers of one broker: `topics`, `subscriptions` (alias
-    `subscription_groups`), `offsets` (alias `consumer_offsets`) and `delay_offsets`."""
+    """Bundles the hub and the five managers of one broker: `topics`, `subscriptions` (alias
+    `subscription_groups`), `offsets` (alias `consumer_offsets`), `delay_offsets` and `request_modes` (POP/PULL
+    per topic and group)."""
 
     def __init__(self, config_dir: str, *, cluster_name: str, broker_name: str,
                  auto_create_topic_enable: bool = True, auto_create_subscription_group: bool = True,
@@ -70,6 +73,7 @@ class BrokerMetadata:
             config_dir, self.hub, auto_create_subscription_group, persist_on_change=persist_on_change)
         self.offsets = ConsumerOffsetManager(config_dir, self.hub, version_step=consumer_offset_version_step)
         self.delay_offsets = DelayOffsetManager(config_dir, self.hub, version_step=delay_offset_version_step)
+        self.request_modes = MessageRequestModeManager(config_dir, self.hub, persist_on_change=persist_on_change)
         self._applied_stream: str | None = None
         self._applied_seq = 0
         self._log = structlog.get_logger().bind(component="broker_metadata", broker=broker_name)
@@ -86,17 +90,19 @@ class BrokerMetadata:
 
     def _managers(self) -> dict[str, ConfigManager[Any, Any]]:
         return {"topics": self.topics, "subscriptionGroups": self.subscriptions,
-                "consumerOffsets": self.offsets, "delayOffsets": self.delay_offsets}
+                "consumerOffsets": self.offsets, "delayOffsets": self.delay_offsets,
+                "messageRequestModes": self.request_modes}
 
     # ----- files -----
 
     def load(self) -> None:
-        """Load all four files (each falls back to its .bak; MetadataLoadError names a file that is corrupt)."""
+        """Load every file (each falls back to its .bak; MetadataLoadError names a file that is corrupt)."""
         os.makedirs(self.config_dir, exist_ok=True)
         self.topics.load()
         self.subscriptions.load()
         self.offsets.load()
         self.delay_offsets.load()
+        self.request_modes.load()
 
     def persist_all(self, *, force: bool = False) -> int:
         """Write every dirty file (all with `force`); returns how many were written. Tries every file, then
@@ -184,7 +190,8 @@ class BrokerMetadata:
     def _manager_of(self, kind: str) -> ConfigManager[Any, Any]:
         managers: dict[str, ConfigManager[Any, Any]] = {
             KIND_TOPIC: self.topics, KIND_SUBSCRIPTION_GROUP: self.subscriptions,
-            KIND_CONSUMER_OFFSET: self.offsets, KIND_DELAY_OFFSET: self.delay_offsets}
+            KIND_CONSUMER_OFFSET: self.offsets, KIND_DELAY_OFFSET: self.delay_offsets,
+            KIND_MESSAGE_REQUEST_MODE: self.request_modes}
         return managers[kind]
 
     def export_sections(self) -> dict[str, Any]:

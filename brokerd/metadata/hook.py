@@ -39,7 +39,9 @@ KIND_TOPIC: Final = "topic"
 KIND_SUBSCRIPTION_GROUP: Final = "subscription_group"
 KIND_CONSUMER_OFFSET: Final = "consumer_offset"
 KIND_DELAY_OFFSET: Final = "delay_offset"
-KINDS: Final = frozenset({KIND_TOPIC, KIND_SUBSCRIPTION_GROUP, KIND_CONSUMER_OFFSET, KIND_DELAY_OFFSET})
+KIND_MESSAGE_REQUEST_MODE: Final = "message_request_mode"  # POP/PULL per topic and group (request_mode.py)
+KINDS: Final = frozenset({KIND_TOPIC, KIND_SUBSCRIPTION_GROUP, KIND_CONSUMER_OFFSET, KIND_DELAY_OFFSET,
+                          KIND_MESSAGE_REQUEST_MODE})
 
 OP_PUT: Final = "put"
 OP_DELETE: Final = "delete"
@@ -56,9 +58,10 @@ log = structlog.get_logger().bind(component="metadata_hub")
 class MetadataChange:
     """One committed metadata mutation.
 
-    kind: "topic" | "subscription_group" | "consumer_offset" | "delay_offset"
+    kind: "topic" | "subscription_group" | "consumer_offset" | "delay_offset" | "message_request_mode"
     op: "put" | "delete"
-    key: topic name / group name / "group@topic" (consumer offsets) / str(level) (delay offsets)
+    key: topic name / group name / "group@topic" (consumer offsets) / str(level) (delay offsets) /
+        "topic@group" (message request modes)
     value: topic/group JSON (RocketMQ camelCase), `{queueId: offset}` of the changed queues for consumer
         offsets, an int offset for delay offsets, None for delete
     data_version: the manager's DataVersion JSON after the change

@@ -6,6 +6,7 @@ Every call raises `NamesrvError` for a non-success answer (and the remoting laye
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -49,6 +50,11 @@ def build_register_body(topic_config_table: dict[str, dict[str, Any]], data_vers
     return encode_register_body(topic_config_table, DataVersion.from_json(data_version), compressed=compressed)
 
 
+# a register body of more topics is encoded on a worker thread (the table is the caller's own copy); the loop gets
+# the interpreter back every switch interval (5 ms) instead of waiting ~120 ms for 10,000 topics
+ENCODE_OFF_LOOP = 256
+
+
 def _broker_ext(cluster: str, broker_name: str, broker_addr: str, broker_id: int) -> dict[str, str]:
     return {"brokerAddr": broker_addr, "brokerId": str(broker_id), "brokerName": broker_name, "clusterName": cluster}
 
@@ -67,7 +73,10 @@ async def register_broker(
     timeout: float = 3.0,
     compressed: bool = False,
 ) -> RegisterBrokerResult:
-    body = build_register_body(topic_config_table, data_version, compressed)
+    if len(topic_config_table) > ENCODE_OFF_LOOP:  # ~12 ms per 1,000 topics: not on the event loop
+        body = await asyncio.to_thread(build_register_body, topic_config_table, data_version, compressed)
+    else:
+        body = build_register_body(topic_config_table, data_version, compressed)
     ext = _broker_ext(cluster, broker_name, broker_addr, broker_id)
     ext.update({
         "haServerAddr": ha_server_addr, "compressed": "true" if compressed else "false",

@@ -1,7 +1,7 @@
 """What a name-server request processor may use of the name server: `NamesrvContext`.
 
-`service.py` builds the processors (`processors_broker`, `processors_route`, `processors_kv`) and hands each the
-service as a `NamesrvContext`; no processor imports `service.py`, so the imports run one way:
+`service.py` builds the processors (`processors_broker`, `processors_route`, `processors_kv`, `processors_admin`)
+and hands each the service as a `NamesrvContext`; no processor imports `service.py`, so the imports run one way:
 service → processors → context → config / routeinfo / kvconfig.
 """
 
@@ -40,4 +40,9 @@ class NamesrvContext(Protocol):
 
     def track_channel(self, conn: Connection) -> None:
         """Remove the brokers registered over `conn` when it closes."""
+        ...
+
+    def update_config(self, props: dict[str, str]) -> None:
+        """UPDATE_NAMESRV_CONFIG: validate and apply `props` (camelCase keys), then persist them to the config file
+        the name server was started with, if any; raises ConfigError naming a bad or unknown key."""
         ...

@@ -1,13 +1,17 @@
 """A fastjson-tolerant JSON reader (pure).
 
 Java peers serialize with fastjson, whose parser (and, for non-string map keys, whose writer) goes beyond
-standard JSON: unquoted field names (`{0:"a"}`, `{key:1}`), single-quoted strings and stray commas.
+standard JSON: unquoted field names (`{0:"a"}`, `{key:1}`), single-quoted strings, stray commas, and maps keyed
+by objects (a `Map<MessageQueue, V>` is written `{{"brokerName":"b","queueId":0,"topic":"T"}:{...}}`): such a
+key comes back as the key object's JSON text with its fields sorted (`object_key` parses it again).
 `loads` tries the fast standard parser first and only falls back to this small recursive-descent reader
-when that fails, so well-formed input costs nothing extra.
+when that fails, so well-formed input costs nothing extra. A reader that wants such keys in another form passes
+`object_key_as` (the key object → the dict key) and `bare_key_as` (an unquoted key's text → the dict key).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -22,24 +26,44 @@ class LenientJSONError(ValueError):
     """The text is not even fastjson-lenient JSON."""
 
 
-def loads(data: bytes | bytearray | memoryview | str) -> Any:
+def _sorted_text(key: dict[str, Any]) -> str:
+    return orjson.dumps(key, option=orjson.OPT_SORT_KEYS).decode()
+
+
+def _same(key: str) -> str:
+    return key
+
+
+def loads(data: bytes | bytearray | memoryview | str, *, object_key_as: Callable[[dict[str, Any]], Any] = _sorted_text,
+          bare_key_as: Callable[[str], Any] = _same) -> Any:
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError as first:
         text = data if isinstance(data, str) else bytes(data).decode("utf-8", "replace")
         try:
-            return _Reader(text).document()
+            return _Reader(text, object_key_as, bare_key_as).document()
         except LenientJSONError:
             raise LenientJSONError(str(first)) from None
 
 
-class _Reader:
-    __slots__ = ("s", "i", "depth")
+def object_key(key: str) -> dict[str, Any]:
+    """A map key that was an object (see the module docstring) as that object."""
+    obj = orjson.loads(key)
+    if not isinstance(obj, dict):
+        raise LenientJSONError(f"not an object key: {key[:60]!r}")
+    return obj
 
-    def __init__(self, s: str) -> None:
+
+class _Reader:
+    __slots__ = ("s", "i", "depth", "object_key_as", "bare_key_as")
+
+    def __init__(self, s: str, object_key_as: Callable[[dict[str, Any]], Any],
+                 bare_key_as: Callable[[str], Any]) -> None:
         self.s = s
         self.i = 0
         self.depth = 0
+        self.object_key_as = object_key_as
+        self.bare_key_as = bare_key_as
 
     def fail(self, what: str) -> LenientJSONError:
         return LenientJSONError(f"{what} at offset {self.i}")
@@ -77,10 +101,10 @@ class _Reader:
         if self.depth > _MAX_DEPTH:
             raise self.fail("nesting too deep")
 
-    def obj(self) -> dict[str, Any]:
+    def obj(self) -> dict[Any, Any]:
         self.enter()
         self.i += 1
-        out: dict[str, Any] = {}
+        out: dict[Any, Any] = {}
         while True:
             c = self.peek()
             if c == ",":
@@ -92,7 +116,11 @@ class _Reader:
                 return out
             if not c:
                 raise self.fail("unterminated object")
-            key = self.string() if c == '"' or c == "'" else self.bare_token()
+            key: Any
+            if c == "{":
+                key = self.object_key_as(self.obj())
+            else:
+                key = self.string() if c == '"' or c == "'" else self.bare_key_as(self.bare_token())
             if self.peek() != ":":
                 raise self.fail("expected ':'")
             self.i += 1

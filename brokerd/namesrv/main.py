@@ -44,9 +44,9 @@ def load_config(path: str | None) -> NamesrvConfig:
     return build_config(NamesrvConfig, props)
 
 
-async def serve(cfg: NamesrvConfig) -> None:
-    """Run until SIGTERM or SIGINT, then stop gracefully."""
-    svc, server = await start_server(cfg)
+async def serve(cfg: NamesrvConfig, config_path: str | None = None) -> None:
+    """Run until SIGTERM or SIGINT, then stop gracefully (UPDATE_NAMESRV_CONFIG writes back to ``config_path``)."""
+    svc, server = await start_server(cfg, config_path=config_path)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     import uvloop
 
     try:
-        uvloop.run(serve(cfg))
+        uvloop.run(serve(cfg, args.config_file))
     except ConfigError as e:
         print(f"mqnamesrv: invalid configuration: {e}", file=sys.stderr)
         return 1

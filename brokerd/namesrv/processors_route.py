@@ -120,14 +120,25 @@ class RouteProcessors:
         group = self.ctx.routes.broker_member_group(cluster, name)
         return cmd.response(ResponseCode.SUCCESS, None, {}, dumps({"brokerMemberGroup": group}))
 
+    def _unknown_broker(self, cmd: RemotingCommand, name: str) -> RemotingCommand | None:
+        if self.ctx.routes.has_broker(name):
+            return None
+        return cmd.response(ResponseCode.BROKER_NOT_EXIST, f"broker[{name}] is not registered with this name server")
+
     def wipe_write_perm(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         name = cmd.str_field("brokerName")
+        unknown = self._unknown_broker(cmd, name)
+        if unknown is not None:
+            return unknown
         count = self.ctx.routes.wipe_write_perm(name)
         log.info("broker_write_perm_wiped", broker_name=name, topics=count, remote=conn.remote_addr[0])
         return cmd.response(ResponseCode.SUCCESS, None, {"wipeTopicCount": str(count)})
 
     def add_write_perm(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         name = cmd.str_field("brokerName")
+        unknown = self._unknown_broker(cmd, name)
+        if unknown is not None:
+            return unknown
         count = self.ctx.routes.add_write_perm(name)
         log.info("broker_write_perm_added", broker_name=name, topics=count, remote=conn.remote_addr[0])
         return cmd.response(ResponseCode.SUCCESS, None, {"addTopicCount": str(count)})

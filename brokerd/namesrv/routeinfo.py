@@ -344,6 +344,35 @@ class RouteInfoManager:
         names = self.cluster_addr_table.get(cluster, set())
         return sorted(t for t, qds in self.topic_queue_table.items() if names & qds.keys())
 
+    def has_broker(self, broker_name: str) -> bool:
+        return broker_name in self.broker_addr_table
+
+    def system_topics(self) -> dict[str, Any]:
+        """RouteInfoManager.getSystemTopicList: every cluster name and broker name (each is a topic on its
+        brokers), and one broker's address."""
+        topics: set[str] = set()
+        for cluster, names in self.cluster_addr_table.items():
+            topics.add(cluster)
+            topics.update(names)
+        body: dict[str, Any] = {"topicList": sorted(topics)}
+        for bd in self.broker_addr_table.values():
+            if bd.broker_addrs:
+                body["brokerAddr"] = bd.broker_addrs[min(bd.broker_addrs)]
+                break
+        return body
+
+    def topics_with_sys_flag(self, unit: bool | None, unit_sub: bool | None) -> list[str]:
+        """Topics whose queue data carry TopicSysFlag's unit / unit-sub bits as asked (None: either)
+        (getUnitTopics, getHasUnitSubTopicList, getHasUnitSubUnUnitTopicList)."""
+        out = []
+        for topic, qds in self.topic_queue_table.items():
+            for qd in qds.values():
+                has_unit, has_sub = bool(qd.topic_sys_flag & 0x1), bool(qd.topic_sys_flag & 0x2)
+                if (unit is None or has_unit == unit) and (unit_sub is None or has_sub == unit_sub):
+                    out.append(topic)
+                    break
+        return sorted(out)
+
     def broker_member_group(self, cluster: str, broker_name: str) -> dict[str, Any]:
         bd = self.broker_addr_table.get(broker_name)
         addrs = {str(k): v for k, v in sorted(bd.broker_addrs.items())} if bd is not None else {}

@@ -12,8 +12,10 @@ from collections.abc import Callable
 import structlog
 
 from brokerd.acl.glue import namesrv_guard
+from brokerd.config_file import build_config, config_to_properties, persist_properties
 from brokerd.namesrv.config import NamesrvConfig
 from brokerd.namesrv.kvconfig import KVConfigTable
+from brokerd.namesrv.processors_admin import admin_handlers
 from brokerd.namesrv.processors_broker import broker_handlers
 from brokerd.namesrv.processors_kv import kv_handlers
 from brokerd.namesrv.processors_route import route_handlers
@@ -31,8 +33,11 @@ def wall_clock_ms() -> int:
 
 
 class NamesrvService:
-    def __init__(self, cfg: NamesrvConfig, now_ms: Callable[[], int] = wall_clock_ms) -> None:
+    def __init__(self, cfg: NamesrvConfig, now_ms: Callable[[], int] = wall_clock_ms,
+                 config_path: str | None = None) -> None:
+        """``config_path``: the file the config came from (UPDATE_NAMESRV_CONFIG writes changed keys back)."""
         self.cfg = cfg
+        self.config_path = config_path
         self.now_ms = now_ms
         self.routes = RouteInfoManager(
             now_ms,
@@ -45,7 +50,19 @@ class NamesrvService:
         self._scan_task: asyncio.Task[None] | None = None
 
     def handlers(self) -> dict[int, Handler]:
-        return {**broker_handlers(self), **route_handlers(self), **kv_handlers(self)}
+        return {**broker_handlers(self), **route_handlers(self), **kv_handlers(self), **admin_handlers(self)}
+
+    def update_config(self, props: dict[str, str]) -> None:
+        """Validate the whole config with ``props`` applied (unknown keys refused), then switch to it (every key
+        takes effect at its next use: expiry, scan interval, topic-list switches, ...); written back to
+        ``config_path``. ``listenPort``/``bindAddress`` and the ACL keys are refused by the processor."""
+        new = build_config(NamesrvConfig, {**config_to_properties(self.cfg), **props}, strict=True)
+        self.cfg = new
+        self.routes.default_timeout_ms = new.broker_channel_expired_ms
+        self.routes.support_acting_master = new.support_acting_master
+        self.routes.delete_topic_with_broker_registration = new.delete_topic_with_broker_registration
+        if self.config_path:
+            persist_properties(self.config_path, props)
 
     @property
     def ready(self) -> bool:
@@ -81,9 +98,8 @@ class NamesrvService:
         return removed
 
     async def _scan_loop(self) -> None:
-        interval = self.cfg.scan_not_active_broker_interval_ms / 1000
-        while True:
-            await asyncio.sleep(interval)
+        while True:  # the interval is read each time: UPDATE_NAMESRV_CONFIG may change it
+            await asyncio.sleep(self.cfg.scan_not_active_broker_interval_ms / 1000)
             try:
                 self.scan_not_active_brokers()
             except Exception as e:  # noqa: BLE001 - keep scanning
@@ -104,10 +120,10 @@ class NamesrvService:
 
 
 async def start_server(cfg: NamesrvConfig, now_ms: Callable[[], int] = wall_clock_ms,
-                       port: int | None = None) -> tuple[NamesrvService, RemotingServer]:
+                       port: int | None = None, config_path: str | None = None) -> tuple[NamesrvService, RemotingServer]:
     """Start a name server on `cfg.bind_address`:`port` (default `cfg.listen_port`; 0 picks a free port).
     Stop it with `await svc.stop(); await server.stop()`."""
-    svc = NamesrvService(cfg, now_ms)
+    svc = NamesrvService(cfg, now_ms, config_path)
     dispatcher = Dispatcher("namesrv")
     dispatcher.register_all(svc.handlers())
     dispatcher.guard = namesrv_guard(cfg.acl_file_path) if cfg.acl_enable else None

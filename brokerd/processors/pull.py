@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import struct
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -308,8 +309,10 @@ class PullProcessor:
         record_filter = self._record_filter(cmd, h, sub)
         if isinstance(record_filter, RemotingCommand):
             return record_filter
+        t0 = time.monotonic()
         r = b.store.get_message(h.topic, h.queue_id, h.queue_offset, h.max_msg_nums, h.max_msg_bytes,
                                 sub.tag_filter(), record_filter)
+        b.stats_manager.on_get(h.group, h.topic, r.message_count, r.buffer_total_size, time.monotonic() - t0)
         ext = {"suggestWhichBrokerId": "0", "nextBeginOffset": str(r.next_begin_offset),
                "minOffset": str(r.min_offset), "maxOffset": str(r.max_offset)}
         st = r.status

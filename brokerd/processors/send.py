@@ -27,7 +27,9 @@ if TYPE_CHECKING:
     from brokerd.context import BrokerContext
 
 NOT_ALLOWED_SEND_TOPICS = frozenset({RMQ_SYS_SCHEDULE_TOPIC, "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC",
-                                     "RMQ_SYS_TRACE_TOPIC_NOT_ALLOWED"})
+                                     "RMQ_SYS_TRACE_TOPIC_NOT_ALLOWED",
+                                     # the timer service's topics (brokerd/timer/core.py): only it writes there
+                                     "rmq_sys_wheel_timer", "rmq_sys_wheel_timer_progress"})
 # Field keys of SendMessageRequestHeader (code 10) and SendMessageRequestHeaderV2 (310/320), in the same order.
 V1_FIELDS = ("producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag", "bornTimestamp",
              "flag", "properties", "reconsumeTimes", "unitMode", "maxReconsumeTimes", "batch")
@@ -121,10 +123,10 @@ class SendProcessor:
         return {10: self.process, 310: self.process, 320: self.process}
 
     def process(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | object:
-        busy = self.admission.refusal(time.monotonic())
-        if busy is not None:  # overload: answered at once, not stored; the connection is not read for a while
-            self.admission.refuse(busy)
-            self.flow.hold(conn)
+        busy = self.admission.refusal(time.monotonic(), conn.arrived)
+        if busy is not None:  # overload: answered at once, not stored; the connection may not be read for a while
+            self.admission.refuse()
+            self.flow.refused(conn)
             return cmd.response(ResponseCode.SYSTEM_BUSY, busy)
         try:
             h = parse_send_header(cmd)
@@ -158,13 +160,19 @@ class SendProcessor:
             if dlq_err is not None:
                 return dlq_err
         msg = self._build(conn, h, topic, queue_id, body, props)
+        refused = self.broker.timers.park(msg)  # a timer message waits in the timer topic (RocketMQ checks it first)
+        if refused is not None:  # beyond timerMaxDelaySec, malformed: nothing stored
+            self.broker.stats.errors += 1
+            return cmd.response(*refused)
+        timer = msg.topic != topic
+        self.broker.schedule.apply_delay(msg)
         if is_half_request(msg):
             if self.broker.cfg.reject_transaction_message:
                 return cmd.response(ResponseCode.NO_PERMISSION,
                                     f"the broker[{self.broker.cfg.broker_ip1}] sending transaction message is forbidden")
             self.broker.meta.topics.create_topic_in_send_back_method(RMQ_SYS_TRANS_HALF_TOPIC, 1, 6, 0)
             to_half(msg)
-        res = self._store(cmd, h, [msg], queue_id)
+        res = self._store(cmd, h, [msg], queue_id, conn.arrived, timer=timer)
         if self.lane is not None and msg.topic is h.topic:  # a plain message: the next ones can take the C lane
             self.lane.admit(msg.topic, tc, queue_id, cmd.ext.get("AccessKey"))
         elif self.lane is not None and msg.topic in (RMQ_SYS_SCHEDULE_TOPIC, RMQ_SYS_TRANS_HALF_TOPIC):
@@ -256,7 +264,6 @@ class SendProcessor:
                            sys_flag=h.sys_flag, born_timestamp=h.born_timestamp, born_host=conn.remote_addr,
                            store_host=self.store_host, reconsume_times=h.reconsume_times,
                            tags_code=self.tags_code(props.get(m.TAGS)))
-        self.broker.schedule.apply_delay(msg)
         return msg
 
     def _send_batch(self, conn: Connection, cmd: RemotingCommand, h: SendHeader, tc: TopicConfig, queue_id: int,
@@ -280,22 +287,26 @@ class SendProcessor:
                                      born_host=conn.remote_addr, store_host=self.store_host,
                                      reconsume_times=h.reconsume_times,
                                      tags_code=self.tags_code(props.get(m.TAGS))))
-        return self._store(cmd, h, msgs, queue_id)
+        return self._store(cmd, h, msgs, queue_id, conn.arrived)
 
-    def _answer(self, cmd: RemotingCommand, res: PutMessageResult, queue_id: int, uniq: str) -> RemotingCommand:
+    def _answer(self, cmd: RemotingCommand, res: PutMessageResult, queue_id: int, uniq: str,
+                recall: str | None = None) -> RemotingCommand:
         code = PUT_STATUS_CODES.get(res.status, ResponseCode.SYSTEM_ERROR)
         stats = self.broker.stats
         if code in STORED_CODES:
             stats.msgs_in += res.msg_num
             stats.bytes_in += res.wrote_bytes
             cfg = self.broker.cfg
-            return cmd.response(code, None if code == 0 else res.status.name, {
-                "msgId": res.msg_id, "queueId": str(queue_id), "queueOffset": str(res.queue_offset),
-                "transactionId": uniq, "MSG_REGION": cfg.region_id, "TRACE_ON": "true" if cfg.trace_on else "false"})
+            ext = {"msgId": res.msg_id, "queueId": str(queue_id), "queueOffset": str(res.queue_offset),
+                   "transactionId": uniq, "MSG_REGION": cfg.region_id, "TRACE_ON": "true" if cfg.trace_on else "false"}
+            if recall is not None:  # a timer message: its recall handle (RocketMQ's attachRecallHandle)
+                ext["recallHandle"] = recall
+            return cmd.response(code, None if code == 0 else res.status.name, ext)
         stats.errors += 1
         return cmd.response(code, f"put message failed: {res.status.name}")
 
-    def _store(self, cmd: RemotingCommand, h: SendHeader, msgs: list[MessageInner], queue_id: int) -> object:
+    def _store(self, cmd: RemotingCommand, h: SendHeader, msgs: list[MessageInner], queue_id: int,
+               arrived: float, *, timer: bool = False) -> object:
         store = self.broker.store
         if not store.is_writeable():
             self.broker.stats.errors += 1
@@ -310,19 +321,23 @@ class SendProcessor:
             res = store.append_messages(msgs)
         now = time.monotonic()
         self.admission.put_took(now - t0, now)
+        recall = None
+        if timer and res.status is PutStatus.PUT_OK:  # parked: the timer service indexes it at once
+            self.broker.timers.parked(msgs[0], res.queue_offset, res.wrote_offset, res.wrote_bytes)
+            recall = self.broker.timers.recall_handle(msgs[0]) if cmd.code != 320 else None
         acks = self.broker.acks
         if res.status is not PutStatus.PUT_OK or not acks.may_wait:
-            return self._answer(cmd, res, queue_id, uniq)
+            return self._answer(cmd, res, queue_id, uniq, recall)
         # the flush (group commit) and/or the replicas: answered from their release, no task per message
         out: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
-        waiting = self.admission.waiting(1, t0, res.end_offset)
+        waiting = self.admission.waiting(1, arrived, res.end_offset)
 
         def done(status: PutStatus) -> None:
             self.admission.answered(waiting)
             self.flow.poke()
             if not out.done():
                 res.status = status
-                out.set_result(self._answer(cmd, res, queue_id, uniq))
+                out.set_result(self._answer(cmd, res, queue_id, uniq, recall))
         status = acks.when_acked(res.end_offset, done, msgs[0].properties.get(m.WAIT) != "false")
         if status is not None:
             done(status)

@@ -38,7 +38,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import structlog
 
@@ -80,7 +80,9 @@ STOP_END, STOP_FRAME, STOP_ROLL, STOP_ERROR = 0, 1, 2, 3  # 4: a failed write (s
 # no schedule topic. segment_full: also an empty store's first send (Python creates the first segment).
 FALLBACK_REASONS = ("none", "header", "not_send", "oneway", "batch", "header_fields", "transaction",
                     "topic_not_admitted", "queue_not_ready", "properties", "delay", "sync_wait_false", "too_large",
-                    "acl")  # acl: not checkable in C (reasons in acl_misses), Python checks it
+                    "acl", "timer")  # acl: not checkable in C (reasons in acl_misses), Python checks it; timer:
+# a single send with a timer property (TIMER_DELIVER_MS / TIMER_DELAY_SEC / TIMER_DELAY_MS / __STARTDELIVERTIME),
+# which brokerd/timer parks or refuses
 GATE_REASONS = ("native_off", "not_master_or_writable", "segment_full", "store_error", "retry_topic", "new_topic")
 STOP_REASONS = {STOP_ROLL: "segment_full", STOP_ERROR: "store_error", 4: "store_error"}
 
@@ -93,6 +95,30 @@ CQ_PUT = ConsumeQueue.put
 # SendProcessor.lane_decision: (topic, default topic, default queue nums, queue id, batch) -> (config, retry max)
 Decision = Callable[[str, str, int, int, bool], "tuple[TopicConfig, int | None] | None"]
 
+
+
+_SEND_CODES: Final = frozenset({10, 310, 320})
+_JSON_CODE: Final = b'{"code":'
+
+
+def may_be_send(buf: Received, pos: int) -> bool:
+    """False only for a frame at ``pos`` whose request code is certainly not a send (10/310/320): a ROCKETMQ
+    binary header's first two bytes, or a JSON header that starts with its code (as every client's does);
+    anything else (other layouts, a frame cut short) goes to the lane, which decides as before."""
+    if len(buf) - pos < 20:
+        return True
+    if buf[pos + 4] == 1:
+        return int.from_bytes(buf[pos + 8 : pos + 10], "big", signed=True) in _SEND_CODES
+    if buf[pos + 8 : pos + 16] != _JSON_CODE:
+        return True
+    start = pos + 17 if buf[pos + 16] == 32 else pos + 16  # '{"code": 310' (a space after the colon)
+    i, code = start, 0
+    while i < start + 7 and 48 <= buf[i] <= 57:
+        code = code * 10 + buf[i] - 48
+        i += 1
+    if i == start or i == start + 7 or buf[i] not in (44, 125, 32):  # not a plain number: let the lane decide
+        return True
+    return code in _SEND_CODES
 
 class SendLane:
     """Callable as a dispatcher lane: (conn, buf, pos, out) -> new pos."""
@@ -314,13 +340,15 @@ class SendLane:
     # ------------------------------------------------------------------ the lane
 
     def __call__(self, conn: Connection, buf: Received, pos: int, out: list[bytes | memoryview]) -> int:
+        if not may_be_send(buf, pos):  # pops, acks, pulls ...: straight to their processors
+            return pos
         store = self.broker.store
         if self._lane is None or store.layout_generation != self._gen or self._cfg is not self.broker.cfg:
             if self.broken or not self._open():
                 self._why = "native_off"
                 return pos
         now = time.monotonic()
-        busy = self.admission.refusal(now)
+        busy = self.admission.refusal(now, conn.arrived)
         if busy is not None:
             return self._refuse(conn, buf, pos, out, busy)
         if self.broker.acl is not None and self._acl_table and self.broker.acl.file.current() is not self._acl_of:
@@ -363,7 +391,7 @@ class SendLane:
         if self._notes:
             self._wake_listeners(store)
         if answers is not out and answers:
-            self._answer_when_acked(conn, answers, f.base + lane.wrote, now)
+            self._answer_when_acked(conn, answers, f.base + lane.wrote, conn.arrived)
         return pos
 
     def _refuse(self, conn: Connection, buf: Received, pos: int, out: list[bytes | memoryview], busy: str) -> int:
@@ -378,15 +406,15 @@ class SendLane:
             self._lane, self._topics, self.broken = None, {}, True
         self._why = None
         if lane.refused:
-            self.admission.refuse(busy, lane.refused)
-            self.flow.hold(conn)
+            self.admission.refuse(lane.refused)
+            self.flow.refused(conn)
         return pos
 
     def _answer_when_acked(self, conn: Connection, answers: list[bytes | memoryview], end: int,
-                           read_at: float) -> None:
+                           arrived: float) -> None:
         """The answers of one read go out once the broker's put acknowledgement (flush and/or replicas, the same
         ``PutAcks`` the Python path uses) covers their last record; with its failure status otherwise."""
-        waiting = self.admission.waiting(len(answers), read_at, end)
+        waiting = self.admission.waiting(len(answers), arrived, end)
         pending: asyncio.Future[None] = conn.closed.get_loop().create_future()  # get_running_loop: a getpid()
 
         def done(status: PutStatus) -> None:

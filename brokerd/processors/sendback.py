@@ -71,6 +71,7 @@ class SendBackProcessor:
         async def put() -> RemotingCommand:
             res = await b.store.put_message(msg)
             if res.status in (PutStatus.PUT_OK, PutStatus.FLUSH_DISK_TIMEOUT):
+                b.stats_manager.on_send_back(group, props[m.RETRY_TOPIC])
                 return cmd.response()
             return cmd.response(ResponseCode.SYSTEM_ERROR, res.status.name)
         return put()

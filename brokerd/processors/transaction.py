@@ -107,10 +107,16 @@ class TransactionProcessor:
             return cmd.response()
         self._done.add(queue_offset)  # taken now: a duplicate arriving while this one awaits the store is ignored
         if outcome == m.TRANSACTION_COMMIT_TYPE:
-            res = await b.store.put_message(real_message(half, outcome))
+            committed = real_message(half, outcome)
+            refused = b.timers.park(committed)  # a timer message starts waiting now (RocketMQ: at commit)
+            if refused is not None:
+                self._done.discard(queue_offset)
+                return cmd.response(*refused)
+            res = await b.store.put_message(committed)
             if res.status not in PUT_OK:
                 self._done.discard(queue_offset)
                 return cmd.response(ResponseCode.SYSTEM_ERROR, f"storing the committed message failed: {res.status.name}")
+            b.timers.parked(committed, res.queue_offset, res.wrote_offset, res.wrote_bytes)
         self._ended[half.properties.get(m.UNIQ_KEY, "")] = None
         if len(self._ended) > 100_000:
             del self._ended[next(iter(self._ended))]

@@ -3,6 +3,12 @@
 Both sides may send requests: a frame with the response flag completes the pending request with the same
 opaque; any other frame is a request dispatched to the processor table. Responses of synchronous handlers
 produced by one read are written with a single write (pipelining).
+
+Every read carries its arrival (``Connection.arrived``, time.monotonic scale): on a server's connections when its
+bytes became readable, from the kernel's receive stamps (arrival.py), elsewhere when the read began. A read is
+handled as it comes while the loop turn's handling budget lasts; past it, reads are still taken off the socket
+but kept, with their arrival, and handled from the next turns on (turns.py): a request's whole wait is in the
+process, where the send admission rule (processors/admission.py) sees it.
 """
 
 from __future__ import annotations
@@ -10,19 +16,23 @@ from __future__ import annotations
 import asyncio
 import itertools
 import threading
+import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, cast
 
 import structlog
 
+from brokerd.remoting.arrival import ArrivalClock
 from brokerd.remoting.codec import MAX_FRAME, FrameDecoder, FrameError, Received, encode, encode_parts
 from brokerd.remoting.codes import ResponseCode
 from brokerd.remoting.command import FLAG_ONEWAY, FLAG_RESPONSE, HeaderError, RemotingCommand
+from brokerd.remoting.turns import READS_PER_TURN, Turns
 
 log = structlog.get_logger("remoting")
 
 FULL_READ = 256_000  # the read buffer (``_ReadBuffer``; uvloop's own is as large): a read this large left more
-READS_PER_TURN = 4  # full reads of one connection per loop turn (~1 MB; see Connection._yield_reading)
+BACKLOG_MAX = 32 << 20  # bytes read ahead of handling per connection (turns.py); more: not read until half handled
 
 HandlerResult = RemotingCommand | None | Awaitable[RemotingCommand | None]
 # A fast lane for a dispatcher: (connection, buffer, position, response list) -> new position. It handles the
@@ -62,6 +72,8 @@ class Dispatcher:
         self.not_ready: str | None = None  # set: every request is answered SYSTEM_BUSY with this remark
         self.guard: Guard | None = None  # set: checked before any handler runs (a lane takes only what it allows)
         self.after_read: Callable[[], None] | None = None  # run after each read is handled (e.g. syncer.poll)
+        # seconds after its arrival a kept read is handled at once, whatever its turn (turns.py); 0: never
+        self.stale_after: Callable[[], float] | None = None
         self._soon: list[Connection] = []  # connections with frames queued by ``write_soon``
 
     def queue_soon(self, conn: Connection) -> None:
@@ -112,9 +124,15 @@ class _ReadBuffer(threading.local):
 
     def __init__(self) -> None:
         self.view = memoryview(bytearray(FULL_READ))
+        self.turns = Turns()  # this thread's loop turns: how much handling each may do (turns.py)
 
 
 _reads = _ReadBuffer()
+
+
+def loop_turns() -> Turns:
+    """This thread's loop turns (turns.py): reads kept and bytes kept, for /metrics."""
+    return _reads.turns
 
 
 class Connection(asyncio.BufferedProtocol):
@@ -124,6 +142,7 @@ class Connection(asyncio.BufferedProtocol):
         on_close: Callable[[Connection], None] | None = None,
         max_frame: int = MAX_FRAME,
         read_backpressure: bool = False,
+        stamp_arrival: bool = False,
     ) -> None:
         self.dispatcher = dispatcher
         self._on_close = [on_close] if on_close else []
@@ -141,9 +160,19 @@ class Connection(asyncio.BufferedProtocol):
         self._read_backpressure = read_backpressure
         self._drain_waiters: list[asyncio.Future[None]] = []
         self._read_held = False  # flow control (``hold_reading``): not read until ``release_reading``
-        self._read_yielded = False  # a full read: not read again before the loop's next turn (``_yield_reading``)
-        self._full_reads = 0
+        self._full_reads = 0  # in the loop turn ``_turn``
+        self._turn = -1
+        # reads taken off the socket but not handled yet, with their arrival (turns.py), oldest first
+        self._backlog: deque[tuple[bytes, float]] = deque()
+        self._backlog_bytes = 0
+        self._queued = False  # in the loop turns' round-robin of connections with kept reads
+        self._backlog_full = False  # BACKLOG_MAX read ahead: not read until half of it is handled
         self._later: list[bytes | memoryview] = []  # frames queued by ``write_soon``
+        # when the bytes of the read being handled became readable (time.monotonic scale; arrival.py): a server's
+        # connections ask the kernel (``stamp_arrival``), others take the time the read began
+        self.arrived = 0.0
+        self._stamp_arrival = stamp_arrival
+        self._clock: ArrivalClock | None = None
 
     # -- asyncio.BufferedProtocol -----------------------------------------------------------------------------
 
@@ -155,15 +184,46 @@ class Connection(asyncio.BufferedProtocol):
             self.remote_addr = (peer[0], peer[1])
         if sock:
             self.local_addr = (sock[0], sock[1])
+        if self._stamp_arrival:
+            raw = transport.get_extra_info("socket")
+            fd = raw.fileno() if raw is not None else -1
+            if fd >= 0:
+                self._clock = ArrivalClock(fd)
 
     def get_buffer(self, sizehint: int) -> memoryview:
+        """Called right before each read of the socket."""
+        clock = self._clock
+        self.arrived = clock.before_read() if clock is not None else time.monotonic()
         return _reads.view
 
     def buffer_updated(self, nbytes: int) -> None:
-        self.data_received(_reads.view[:nbytes])
+        if self._clock is not None:
+            self._clock.after_read(nbytes >= FULL_READ)
+        self._read(_reads.view[:nbytes])
 
     def data_received(self, data: Received) -> None:
-        """One read's bytes: nothing may keep them (or a view of them) after this returns."""
+        """One read's bytes (arrived now), handled now (after any kept reads: turns.py keeps only the transport's
+        reads): nothing may keep them (or a view of them) after this returns."""
+        self.arrived = time.monotonic()
+        if self._backlog:
+            self._defer(bytes(data))
+        else:
+            self._handle_read(data)
+
+    def _read(self, data: Received) -> None:
+        """A read: handled now, or kept for the loop's next turns (turns.py)."""
+        turns = _reads.turns
+        if turns.turn != self._turn:
+            self._turn, self._full_reads = turns.turn, 0
+        if self._backlog or self._full_reads >= READS_PER_TURN or turns.exhausted():
+            self._defer(bytes(data))
+            return
+        t0 = turns.clock()
+        self._handle_read(data)
+        turns.charge(turns.clock() - t0, self.closed.get_loop())  # get_running_loop: a getpid()
+        self._full_reads = self._full_reads + 1 if len(data) >= FULL_READ else 0
+
+    def _handle_read(self, data: Received) -> None:
         out: list[bytes | memoryview] = []
         try:
             lane = self.dispatcher.lane if self.dispatcher is not None else None
@@ -180,35 +240,72 @@ class Connection(asyncio.BufferedProtocol):
         self.write_frames(out)
         if self.dispatcher is not None:
             self.dispatcher.read_done()
-        if len(data) < FULL_READ:
-            self._full_reads = 0
-        else:
-            self._full_reads += 1
-            if self._full_reads >= READS_PER_TURN:
-                self._yield_reading()
 
-    def _yield_reading(self) -> None:
-        """READS_PER_TURN reads in a row filled the event loop's buffer: the socket has more, and the loop would
-        read it again at once (libuv reads a socket up to 32 times per wake-up: 8 MB here). Flooded, one
-        connection's backlog was read and stored while every other connection's waited (p99 ~300 ms at 16 x 2,048
-        sends in flight, p50 6 ms). So the next read waits for the loop's next turn, after every other ready
-        connection's reads (as Netty's maxMessagesPerRead bounds a channel's reads per turn). Four reads, not one:
-        each yield costs a turn, and batch sends (~16 KB frames, every read full) lost 12 % at one read per turn,
-        ~2 % at four; the flood's p99 is the same (~150 ms)."""
-        if self.transport is None or self.transport.is_closing() or self._read_yielded:
+    def _defer(self, data: bytes) -> None:
+        """Keep a read (a copy, with its arrival) for the loop's next turns."""
+        self._backlog.append((data, self.arrived))
+        self._backlog_bytes += len(data)
+        turns = _reads.turns
+        turns.kept += 1
+        turns.kept_bytes += len(data)
+        self._requeue()
+        if self._backlog_bytes >= BACKLOG_MAX and not self._backlog_full and self.transport is not None:
+            self._backlog_full = True
+            self.transport.pause_reading()
+
+    def handle_deferred(self) -> bool:
+        """Handle the oldest kept read (turns.py); True while more may be handled now. Not while flow control holds
+        the connection or its answers back up (``release_reading`` / ``resume_writing`` queue it again)."""
+        backlog = self._backlog
+        if backlog and self._may_handle() and self.transport is not None and not self.transport.is_closing():
+            data, self.arrived = backlog.popleft()
+            self._backlog_bytes -= len(data)
+            _reads.turns.kept_bytes -= len(data)
+            self._handle_read(data)
+        if self.transport is None or self.transport.is_closing():
+            self._drop_backlog()
+        if self._backlog_full and self._backlog_bytes < BACKLOG_MAX // 2:
+            self._backlog_full = False
+            if self._may_read():
+                self._resume_reading()
+        self._queued = bool(backlog) and self._may_handle()
+        return self._queued
+
+    def handle_stale(self) -> None:
+        """Handle, now, the kept reads that arrived the dispatcher's ``stale_after`` ago or more (turns.py)."""
+        limit = self.dispatcher.stale_after() if self.dispatcher is not None and self.dispatcher.stale_after else 0.0
+        if limit <= 0:
             return
-        self._read_yielded = True
-        self.transport.pause_reading()
-        self.closed.get_loop().call_soon(self._end_yield)  # get_running_loop: a getpid()
+        backlog = self._backlog
+        now = time.monotonic()
+        while backlog and now - backlog[0][1] >= limit and self._may_handle() and self.transport is not None \
+                and not self.transport.is_closing():  # fmt: skip
+            data, self.arrived = backlog.popleft()
+            self._backlog_bytes -= len(data)
+            _reads.turns.kept_bytes -= len(data)
+            self._handle_read(data)
 
-    def _end_yield(self) -> None:
-        self._read_yielded = False
-        self._full_reads = 0
-        if self._may_read():
-            self._resume_reading()
+    def _drop_backlog(self) -> None:
+        _reads.turns.kept_bytes -= self._backlog_bytes
+        self._backlog.clear()
+        self._backlog_bytes = 0
+
+    def _may_handle(self) -> bool:
+        return not self._read_held and not (self._paused and self._read_backpressure)
+
+    def _requeue(self) -> None:
+        """Kept reads may be handled again: back in the loop turns' round-robin."""
+        if self._backlog and not self._queued and self._may_handle():
+            self._queued = True
+            _reads.turns.ready(self, self.closed.get_loop())
+
+    @property
+    def backlog(self) -> int:
+        """Bytes read off the socket and not handled yet."""
+        return self._backlog_bytes
 
     def _may_read(self) -> bool:
-        return not self._read_held and not self._read_yielded and not (self._paused and self._read_backpressure)
+        return not self._read_held and not self._backlog_full and not (self._paused and self._read_backpressure)
 
     def _lane_and_dispatch(self, lane: Lane, data: Received, out: list[bytes | memoryview]) -> None:
         """The lane takes what it can from the buffer; each frame it stops at is dispatched here, in order."""
@@ -331,6 +428,10 @@ class Connection(asyncio.BufferedProtocol):
             self.write(resp)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._clock is not None:
+            self._clock.close()
+            self._clock = None
+        self._drop_backlog()  # reads kept for later turns: nobody to answer any more
         for fut in self.pending.values():
             if not fut.done():
                 fut.set_exception(ConnectionClosed(f"connection to {self.remote_addr} closed"))
@@ -353,8 +454,10 @@ class Connection(asyncio.BufferedProtocol):
 
     def resume_writing(self) -> None:
         self._paused = False
-        if self._read_backpressure and self._may_read():
-            self._resume_reading()
+        if self._read_backpressure:
+            self._requeue()
+            if self._may_read():
+                self._resume_reading()
         waiters, self._drain_waiters = self._drain_waiters, []
         for w in waiters:
             if not w.done():
@@ -376,6 +479,7 @@ class Connection(asyncio.BufferedProtocol):
     def release_reading(self) -> None:
         if self._read_held:
             self._read_held = False
+            self._requeue()
             if self._may_read():
                 self._resume_reading()
 

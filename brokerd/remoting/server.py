@@ -21,7 +21,8 @@ class RemotingServer:
         self._server: asyncio.base_events.Server | None = None
 
     def _make_protocol(self) -> Connection:
-        conn = Connection(self.dispatcher, on_close=self.connections.discard, read_backpressure=True)
+        conn = Connection(self.dispatcher, on_close=self.connections.discard, read_backpressure=True,
+                          stamp_arrival=True)  # a request's time counts from when it was readable (arrival.py)
         self.connections.add(conn)
         return conn
 

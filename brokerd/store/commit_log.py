@@ -189,6 +189,20 @@ class CommitLog:
             base = f.end if f is not None else 0
             self.allocator.request(self.dir / file_name(base), base, self.segment_size, self.PREFAULT)
 
+    @property
+    def store_ip(self) -> bytes:
+        """The 4 bytes of the store host written into every record."""
+        return self._store_ip
+
+    @property
+    def store_port(self) -> int:
+        return self._store_port
+
+    def roll(self, f: MappedFile) -> MappedFile:
+        """End the active segment ``f`` with the blank filler and open the next one (the store's batch append when
+        its next record does not fit). Raises CreateFileError / OSError."""
+        return self._roll(f)
+
     def _roll(self, f: MappedFile) -> MappedFile:
         if f.wrote < f.size:
             f.write_at(f.wrote, _SIZE_MAGIC.pack(f.size - f.wrote, MAGIC_BLANK))

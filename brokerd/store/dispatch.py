@@ -149,25 +149,32 @@ class Dispatcher:
 
     # ------------------------------------------------------------ dispatch of an appended record (hot path)
 
+    def put_inline(self, msg: MessageInner, key: tuple[str, int], phys: int, size: int, qoff: int, ts: int,
+                   to_cq: bool) -> int:  # fmt: skip
+        """The consume-queue entry (``to_cq``) and key-index entries of the record just appended for ``msg`` at
+        ``phys``; returns its tags code. Raises what the puts raise (positions and listeners untouched)."""
+        tags = msg.tags_code
+        props = msg.properties
+        if to_cq:
+            if key[0] == SCHEDULE_TOPIC:
+                tags = compute_tags_code(key[0], props, ts, self._delay_levels)
+            elif not tags and TAGS in props:
+                tags = tags_code_of(props[TAGS])
+            cq = self.queue_store.queues.get(key) or self.queue_store.get_or_create(key[0], key[1])
+            cq.put(qoff, phys, size, tags)
+        index = self.index
+        if index is not None and (msg.sys_flag & 0xC) != TRANSACTION_ROLLBACK_TYPE:
+            keys = message_keys(props)
+            if keys:
+                index.put_keys(key[0], keys, phys, ts)
+        return tags
+
     def dispatch_inline(self, msg: MessageInner, key: tuple[str, int], phys: int, size: int, qoff: int, ts: int,
                         to_cq: bool) -> None:  # fmt: skip
         """Dispatch the record the store just appended for ``msg`` at ``phys``; an I/O error sets the store's
         WRITE_LOGICS_QUEUE_ERROR flag (``MessageStore.retry_dispatch`` redoes the dispatch)."""
-        tags = msg.tags_code
-        props = msg.properties
         try:
-            if to_cq:
-                if key[0] == SCHEDULE_TOPIC:
-                    tags = compute_tags_code(key[0], props, ts, self._delay_levels)
-                elif not tags and TAGS in props:
-                    tags = tags_code_of(props[TAGS])
-                cq = self.queue_store.queues.get(key) or self.queue_store.get_or_create(key[0], key[1])
-                cq.put(qoff, phys, size, tags)
-            index = self.index
-            if index is not None and (msg.sys_flag & 0xC) != TRANSACTION_ROLLBACK_TYPE:
-                keys = message_keys(props)
-                if keys:
-                    index.put_keys(key[0], keys, phys, ts)
+            tags = self.put_inline(msg, key, phys, size, qoff, ts, to_cq)
         except (OSError, ValueError) as exc:
             self._io_failed("dispatch", exc, bit=WRITE_LOGICS_QUEUE_ERROR)
             return

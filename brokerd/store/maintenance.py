@@ -5,7 +5,9 @@ space pressure (disk usage above ``disk_space_clean_forcibly_ratio`` or the quot
   * normally it deletes the oldest segments whose last store timestamp (or mtime) is older than
     ``file_reserved_time_hours``;
   * under space pressure it deletes the oldest segments regardless of age.
-At most ``delete_file_batch_max`` segments per call; never the active segment, never undispatched data.
+At most ``delete_file_batch_max`` segments per call; never the active segment, never undispatched data, never
+what a tier (when attached) does not hold yet, and never past what the retention guard allows (metadata sync:
+no segment holding change records that no snapshot covers; ``protocols.RetentionGuard``).
 Consume-queue min offsets then move forward past entries that point below the new min physical offset.
 """
 
@@ -88,6 +90,7 @@ def clean_expired_files(store: MaintainedStore, *, force: bool, now_ms: int | No
         if not pressure and now - ref < reserved_ms:
             break
         victims += 1
+    victims = _guarded(store, victims) if victims else 0
     if not victims:
         return 0
     deleted = log.delete_first(victims)
@@ -95,6 +98,26 @@ def clean_expired_files(store: MaintainedStore, *, force: bool, now_ms: int | No
     store.log.info("expired_files_deleted", segments=deleted, consume_queue_files=cq_files, index_files=idx_files,
                    min_phy_offset=log.min_offset, pressure=pressure, forced=force)  # fmt: skip
     return deleted
+
+
+def _guarded(store: MaintainedStore, victims: int) -> int:
+    """How many of the ``victims`` oldest segments the retention guard lets go (all without a guard)."""
+    guard = store.retention_guard
+    if guard is None:
+        return victims
+    files = store.commit_log.files
+    upto = files[victims - 1].end
+    try:
+        allowed = guard(upto)
+    except Exception as exc:  # noqa: BLE001 - a failing guard holds the segments; the next pass asks again
+        store.log.error("expiry_guard_failed", upto=upto, error=repr(exc))
+        return 0
+    kept = victims
+    while kept and files[kept - 1].end > allowed:
+        kept -= 1
+    if kept < victims:
+        store.log.warning("expiry_held_by_guard", segments=victims, deletable=kept, upto=upto, allowed=allowed)
+    return kept
 
 
 def read_floor(store: MaintainedStore) -> int:

@@ -17,6 +17,9 @@ Appends (queue offsets assigned in call order; SYNC_FLUSH waits for the flush un
   put_message_deferred(msg) -> tuple[PutMessageResult, asyncio.Future[bool] | None]   flush future to await
   put_message_nowait(msg) -> PutMessageResult | None       None: must use ``put_message``; can_put_nowait: bool
   async put_messages(msgs: list[MessageInner]) -> PutMessageResult                    a batch, one flush wait
+  append_message(msg) / append_messages(msgs) -> PutMessageResult    never wait (the caller waits for its put ack);
+      a batch: any mix of topics, all or nothing validated, one write per segment (batch_append.py: C when built)
+  batch_stats() -> dict; use_native_batch(flag) -> None      the batch append's implementation, runs, fallbacks
   append_raw(offset: int, data: bytes | memoryview) -> int  replicated log bytes at ``offset == max_phy_offset``
                                                             (may end mid-record); returns the new max offset
 
@@ -25,6 +28,8 @@ Reads
       -> GetMessageResult                                                              PULL_MESSAGE
   read_range(offset: int, max_bytes: int) -> memoryview     raw log bytes from ``offset``, within one segment
   look_message_by_offset(phys) / look_message_by_offset_and_size(phys, size) -> bytes | None
+  read_local(phys, size) -> bytes | None    one ``pread`` of the local log (no mapping, no tier): a service's own
+      records (with ``queue_store``'s entries: reads not held at the confirm offset, brokerd/locallog.py)
   query_message(topic, key, max_num, begin_ts, end_ts) -> QueryMessageResult         key index
   max_offset_in_queue / min_offset_in_queue(topic, queue_id) -> int
   offset_by_timestamp(topic, queue_id, timestamp_ms, boundary="LOWER") -> int
@@ -48,6 +53,7 @@ Replication / truncation / epochs
 Maintenance
   clean_expired_files(force=False, *, now_ms=None) -> int; delete_topic(topic) -> int
   set_quota_checker(cb: QuotaChecker | None) -> None; logical_usage_bytes() -> int
+  set_retention_guard(cb: RetentionGuard | None) -> None   expiry deletes no segment past what ``cb`` allows
 
 The C send lane (processors/send_lane.py)
   services: StoreServices | None; lane_open: bool; lane_binding() -> LaneBinding; layout_generation: int
@@ -82,8 +88,9 @@ from brokerd.message import (
     ipv4_bytes,
     record_size,
 )
-from brokerd.store import maintenance, reader
+from brokerd.store import batch_append, maintenance, reader
 from brokerd.store.allocate import Allocator
+from brokerd.store.batch_append import BatchAppender
 from brokerd.store.checkpoint import Checkpoint, load_checkpoint
 from brokerd.store.commit_log import CommitLog, CreateFileError, RecordTooLarge
 from brokerd.store.config import StoreConfig
@@ -93,7 +100,7 @@ from brokerd.store.epoch import EpochEntry, EpochFile
 from brokerd.store.flags import NOT_WRITEABLE, WRITE_BLOCKERS, WRITE_LOGICS_QUEUE_ERROR, RunningFlags
 from brokerd.store.index import IndexFile, IndexService
 from brokerd.store.mapped_file import MappedFile
-from brokerd.store.protocols import QuotaChecker
+from brokerd.store.protocols import QuotaChecker, RetentionGuard
 from brokerd.store.queue_store import ConsumeQueueStore
 from brokerd.store.raw_scan import Scanned
 from brokerd.store.recovery import RecoveryResult, recover_commit_log
@@ -112,7 +119,7 @@ _TIER_FETCHES = 64  # tier chunks one read may fetch before it gives up waiting 
 
 __all__ = [
     "MessageStore", "StoreConfig", "PutStatus", "PutMessageResult", "GetMessageStatus", "GetMessageResult",
-    "QueryMessageResult", "DispatchListener", "QuotaChecker",
+    "QueryMessageResult", "DispatchListener", "QuotaChecker", "RetentionGuard",
 ]  # fmt: skip
 
 
@@ -135,6 +142,8 @@ class MessageStore:
         self.log = structlog.get_logger().bind(component="store", store_host=f"{store_host[0]}:{store_host[1]}")
         self.dispatcher = Dispatcher(sync_flush=cfg.sync_flush, behind_confirm=cfg.dispatch_behind_confirm,
                                      delay_levels=cfg.delay_levels_ms, io_failed=self.io_failed, log=self.log)  # fmt: skip
+        self._id_prefix = ipv4_bytes(store_host[0]).hex().upper() + f"{store_host[1] & 0xFFFFFFFF:08X}"
+        self._batch_native = True
         self._init_components()
         self.checkpoint_path = self.root / "checkpoint"
         self.abort_path = self.root / "abort"
@@ -145,7 +154,7 @@ class MessageStore:
         self.truncate_generation = 0
         self.last_store_timestamp = 0
         self._quota_checker: QuotaChecker | None = None
-        self._id_prefix = ipv4_bytes(store_host[0]).hex().upper() + f"{store_host[1] & 0xFFFFFFFF:08X}"
+        self._retention_guard: RetentionGuard | None = None
         self._sync_flush = cfg.sync_flush
         self._services: StoreServices | None = None
         self._tier_nowait = False
@@ -169,6 +178,7 @@ class MessageStore:
         if cfg.message_index_enable:
             self.index = IndexService(self.root / "index", cfg.max_hash_slot_num, cfg.max_index_num, self.allocator)
         self.dispatcher.attach(self.commit_log, self.queue_store, self.index)
+        self._batch = self._new_batch()
 
     async def start(self) -> None:
         """Lock the store dir, recover (crash recovery when the abort file is present), start services."""
@@ -313,28 +323,45 @@ class MessageStore:
         return res
 
     def _append_batch(self, msgs: list[MessageInner]) -> PutMessageResult:
+        """The batch append (batch_append.py): records written per segment, consume-queue and index entries put in
+        log order, the listeners told once per queue of its newest entry, the append listener once."""
         if not msgs:
             return PutMessageResult(PutStatus.MESSAGE_ILLEGAL)
         if self._services is None or self.running_flags.bits & WRITE_BLOCKERS:
             return PutMessageResult(PutStatus.SERVICE_NOT_AVAILABLE)
-        encoded: list[bytes] = []
-        for m in msgs:
-            props = encode_properties(m.properties)
-            bad = self._validate(m, props)
-            if bad is not None:
-                return PutMessageResult(bad)
-            encoded.append(props)
-        ts = time.time_ns() // 1_000_000
-        results: list[PutMessageResult] = []
-        for m, props in zip(msgs, encoded, strict=True):
-            r = self._append(m, props, m.store_timestamp or ts)
-            if r.status is not PutStatus.PUT_OK:
-                return r
-            results.append(r)
-        first, last = results[0], results[-1]
-        return PutMessageResult(PutStatus.PUT_OK, first.wrote_offset, sum(r.wrote_bytes for r in results),
-                                ",".join(r.msg_id for r in results), first.queue_offset, first.store_timestamp,
-                                len(results), last.end_offset)  # fmt: skip
+        out = self._batch.append(msgs, batch_append.now_ms())
+        if out.create_error is not None:
+            self._error("create_mapped_file_failed", out.create_error)
+        if out.write_error is not None:
+            self.io_failed("append", out.write_error)
+        if out.dispatch_error is not None:
+            self.io_failed("dispatch", out.dispatch_error, bit=WRITE_LOGICS_QUEUE_ERROR)
+        if out.last_ts:
+            self.last_store_timestamp = out.last_ts
+            d = self.dispatcher
+            if d.listeners:
+                for key, (qoff, tags, end) in out.notes.items():
+                    d.notify(key[0], key[1], qoff, tags, end)
+            if self._append_listener is not None:
+                self._append_listener()
+        return out.result
+
+    def batch_stats(self) -> dict[str, Any]:
+        """The batch append's implementation (``native``: the C run is used), runs per implementation, and the
+        batches the C run left to Python by reason (batch_append.FALLBACK_REASONS)."""
+        b = self._batch
+        return {"native": b.native, "runs": dict(b.runs), "fallbacks": dict(b.fallbacks)}
+
+    def use_native_batch(self, flag: bool) -> None:
+        """Use the C batch append when built (the default) or always the Python reference (tests, benchmarks)."""
+        self._batch_native = flag
+        self._batch = self._new_batch()
+
+    def _new_batch(self) -> BatchAppender:
+        cfg = self.cfg
+        return BatchAppender(self.commit_log, self.dispatcher, self.queue_store, self.index, validate=self._validate,
+                             id_prefix=self._id_prefix, max_body=cfg.max_message_size,
+                             delay_levels=cfg.delay_levels_ms, use_native=self._batch_native)  # fmt: skip
 
     async def _await_flush(self, res: PutMessageResult, end: int, wait: bool) -> None:
         services = self._services
@@ -463,16 +490,14 @@ class MessageStore:
         return self.commit_log.read_range(offset, max_bytes)
 
     def look_message_by_offset(self, phys_offset: int) -> bytes | None:
-        return self._tiered(self._look, phys_offset, -1)
+        return self._tiered(reader.look, self.commit_log, phys_offset, -1)
 
     def look_message_by_offset_and_size(self, phys_offset: int, size: int) -> bytes | None:
-        return self._tiered(self._look, phys_offset, size)
+        return self._tiered(reader.look, self.commit_log, phys_offset, size)
 
-    def _look(self, phys_offset: int, size: int) -> bytes | None:
-        found = self.commit_log.record_size_at(phys_offset)
-        if found <= 0 or (size >= 0 and found != size):
-            return None
-        return self.commit_log.read(phys_offset, found)
+    def read_local(self, phys: int, size: int) -> bytes | None:
+        """``size`` bytes of the local log at ``phys``, read with ``pread`` (None unless inside one written segment)."""
+        return reader.read_local(self.commit_log, phys, size)
 
     def query_message(self, topic: str, key: str, max_num: int, begin_ts: int, end_ts: int) -> QueryMessageResult:
         return self._tiered(reader.query_message, self.commit_log, self.index, topic, key, max_num, begin_ts, end_ts,
@@ -678,6 +703,15 @@ class MessageStore:
     @property
     def quota_checker(self) -> QuotaChecker | None:
         return self._quota_checker
+
+    def set_retention_guard(self, cb: RetentionGuard | None) -> None:
+        """``cb(upto) -> allowed`` (``protocols.RetentionGuard``): consulted before expiry deletes the segments below
+        ``upto``; none past ``allowed`` go (metadata sync keeps segments holding change records no snapshot covers)."""
+        self._retention_guard = cb
+
+    @property
+    def retention_guard(self) -> RetentionGuard | None:
+        return self._retention_guard
 
     def logical_usage_bytes(self) -> int:
         """Bytes of commit log + consume queue + index files (what a container quota counts)."""

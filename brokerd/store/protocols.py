@@ -19,6 +19,12 @@ from brokerd.store.queue_store import ConsumeQueueStore
 QuotaChecker = Callable[[int], bool]
 """``cb(logical_usage_bytes) -> True`` when the store is over its quota."""
 
+RetentionGuard = Callable[[int], int]
+"""``cb(upto) -> allowed``: expiry is about to delete the commit-log segments below ``upto`` (a segment end); the
+guard answers the offset below which segments may go (``>= upto``: all of them; less: expiry stops at the last
+segment ending at or below it). It may first make more deletable (metadata sync writes a snapshot covering the
+change records those segments hold). It runs on the store's thread; an exception holds every segment."""
+
 
 class StoreParts(Protocol):
     """The components and error state both helpers use."""
@@ -61,6 +67,9 @@ class MaintainedStore(StoreParts, Protocol):
 
     @property
     def quota_checker(self) -> QuotaChecker | None: ...
+
+    @property
+    def retention_guard(self) -> RetentionGuard | None: ...
 
     def logical_usage_bytes(self) -> int: ...
 

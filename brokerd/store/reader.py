@@ -224,3 +224,22 @@ def query_message(
             if len(res.buffers) >= max_num:
                 break
     return res
+
+
+def look(log: CommitLog, phys: int, size: int) -> bytes | None:
+    """The record starting at ``phys`` (of ``size`` bytes when ``size >= 0``), through the mapping or the tier; None
+    when there is none (a blank filler, out of range, another size)."""
+    found = log.record_size_at(phys)
+    if found <= 0 or (size >= 0 and found != size):
+        return None
+    return log.read(phys, found)
+
+
+def read_local(log: CommitLog, phys: int, size: int) -> bytes | None:
+    """``size`` bytes of the local log at ``phys`` with one ``pread`` (the pages do not stay mapped in the process;
+    never the tier); None unless they lie inside the written part of one local segment."""
+    f = log.file_for(phys)
+    pos = phys - f.base if f is not None else -1
+    if f is None or size <= 0 or pos < 0 or pos + size > f.wrote:
+        return None
+    return f.read_at(pos, size)

@@ -4,11 +4,13 @@ carries them elsewhere (an archive; the Spark compaction job, ``scripts/compact_
 Reading a store (``StoreReader``): the latest snapshot file under ``<root>/config/metadataSnapshots/`` (none: the
 empty image, records from queue offset 0), then per sync topic the consume-queue entries of queue 0 from the
 snapshot's position on (``consumequeue/<topic>/0/<20-digit byte offset>``, 20-byte entries: phys offset, size,
-tags code), each record read from the commit-log segment holding it (``commitlog/<20-digit offset>``) and checked
-(topic, queue offset, phys offset, size, body CRC). Nothing is locked or written, so a running broker's store can
-be read. The first entry not written yet, or a record that does not check (a torn tail, a write in flight), ends
-the topic: ``ends`` says where, and the next read starts there. Records needed but gone (expired with their
-commit-log segment, or below the queue's first file) raise ``RecordsExpired`` unless ``allow_gaps``.
+tags code), each record read from the commit-log segment holding it (``commitlog/<20-digit offset>``) or, below
+the local segments, from the store's tier (tiered storage: the tier the store directory names,
+``brokerd.tiered.archive``, read-only, with the broker's own backends), and checked (topic, queue offset, phys
+offset, size, body CRC). Nothing is locked or written, so a running broker's store can be read. The first entry
+not written yet, or a record that does not check (a torn tail, a write in flight), ends the topic: ``ends`` says
+where, and the next read starts there. Records needed but gone (expired with their commit-log segment and not in
+the tier, or below the queue's first file) raise ``RecordsExpired`` unless ``allow_gaps``.
 
 Export file (``write_export`` / ``ExportReader``): ``RIP81EXP`` then frames ``[u32 length][u32 crc32][payload]``.
 The first frame is a msgpack header: format, broker, created ms, source, the base snapshot
@@ -33,13 +35,15 @@ import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Final, NamedTuple
+from typing import IO, Any, Final, Literal, NamedTuple
 
 import msgpack
 
 from brokerd.message import CorruptRecordError, body_crc, decode_record
+from brokerd.store.tier import TierView
 from brokerd.sync.records import SYNC_TOPICS, SyncRecord
 from brokerd.sync.snapshot import Snapshot, SnapshotStore
+from brokerd.tiered.archive import store_tier
 
 EXPORT_MAGIC: Final = b"RIP81EXP"
 EXPORT_FORMAT: Final = "rip81-export/1"
@@ -51,6 +55,7 @@ KIND_HEADER: Final = b"H"
 KIND_BLOCK: Final = b"B"
 KIND_TRAILER: Final = b"E"
 _CQ_READ: Final = CQ_ENTRY.size * 4096
+TierArg = TierView | None | Literal["auto"]  # "auto": the tier the store directory names (none: local only)
 
 
 class RecordsExpired(Exception):
@@ -152,13 +157,16 @@ class ScanResult:
 
 
 class StoreReader:
-    """A broker's store directory, read-only: its latest metadata snapshot and the change records after it."""
+    """A broker's store directory, read-only: its latest metadata snapshot and the change records after it.
+    ``tier``: where records below the local segments are read ("auto": the tier the store names, if any)."""
 
-    def __init__(self, root: str | Path, *, config_dir: str | Path | None = None, allow_gaps: bool = False) -> None:
+    def __init__(self, root: str | Path, *, config_dir: str | Path | None = None, allow_gaps: bool = False,
+                 tier: TierArg = "auto") -> None:  # fmt: skip
         self.root = Path(root)
         self.config_dir = Path(config_dir) if config_dir is not None else self.root / "config"
         self.allow_gaps = allow_gaps
         self.log = CommitLogFiles(self.root / "commitlog")
+        self.tier = store_tier(self.root) if tier == "auto" else tier
         self.result = ScanResult()
 
     def snapshot(self) -> Snapshot | None:
@@ -178,8 +186,8 @@ class StoreReader:
         res = self.result
         expected = start
         for qoff, phys, size in queue_entries(self.root / "consumequeue" / topic / "0", start):
-            if phys < self.log.min_offset:  # its segment expired (the queue's head is cleaned later)
-                continue
+            if phys < self.log.min_offset and not self._in_tier(phys, size):
+                continue  # its segment expired, and no tier holds it (the queue's head is cleaned later)
             if qoff != expected:
                 self._gap(topic, expected, qoff)
             raw = self._read(topic, qoff, phys, size)
@@ -206,8 +214,14 @@ class StoreReader:
             raise RecordsExpired(f"{topic}: records from queue offset {wanted} are needed, the store has them "
                                  f"from {first} only (expired): start from a newer snapshot")  # fmt: skip
 
+    def _in_tier(self, phys: int, size: int) -> bool:
+        tier = self.tier
+        return tier is not None and tier.min_offset <= phys and phys + size <= tier.end
+
     def _read(self, topic: str, qoff: int, phys: int, size: int) -> RawRecord | None:
-        data = self.log.read(phys, size)
+        data = self.log.read(phys, size) if phys >= self.log.min_offset else None
+        if data is None and self.tier is not None and self._in_tier(phys, size):
+            data = self.tier.read(phys, size)  # below the local log, or its segment expired meanwhile
         if data is None:
             return None
         try:
@@ -243,9 +257,9 @@ class StoreRecords:
 
 
 def read_store(root: str | Path, *, config_dir: str | Path | None = None, allow_gaps: bool = False,
-               positions: dict[str, int] | None = None) -> StoreRecords:  # fmt: skip
+               positions: dict[str, int] | None = None, tier: TierArg = "auto") -> StoreRecords:  # fmt: skip
     """The latest snapshot and the records after its positions (``positions`` overrides them)."""
-    with StoreReader(root, config_dir=config_dir, allow_gaps=allow_gaps) as reader:
+    with StoreReader(root, config_dir=config_dir, allow_gaps=allow_gaps, tier=tier) as reader:
         snap = reader.snapshot()
         start = positions if positions is not None else (snap.positions if snap is not None else None)
         records = list(reader.records(start))
@@ -425,9 +439,10 @@ def _whole_records(payload: bytes) -> bytes:
 
 
 def export_store(root: str | Path, out: str | Path, *, broker: str | None = None,
-                 config_dir: str | Path | None = None, allow_gaps: bool = False) -> tuple[ExportStats, ScanResult]:  # fmt: skip
+                 config_dir: str | Path | None = None, allow_gaps: bool = False,
+                 tier: TierArg = "auto") -> tuple[ExportStats, ScanResult]:  # fmt: skip
     """Export a store's latest snapshot and the records after it (streamed: memory stays flat)."""
-    with StoreReader(root, config_dir=config_dir, allow_gaps=allow_gaps) as reader:
+    with StoreReader(root, config_dir=config_dir, allow_gaps=allow_gaps, tier=tier) as reader:
         snap = reader.snapshot()
         raws = reader.records(snap.positions if snap is not None else None)
         stats = write_export(out, broker or broker_name_of(root), snap, raws, source=str(Path(root).resolve()))
@@ -442,13 +457,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--broker", help="name in the export (default: the store directory's name)")
     ap.add_argument("--config-dir", help="metadata config directory (default: STORE_DIR/config)")
     ap.add_argument("--allow-gaps", action="store_true", help="export even when needed records expired")
+    ap.add_argument("--no-tier", action="store_true", help="read the local log only, not the store's tier")
     args = ap.parse_args(argv)
     try:
         stats, scan = export_store(args.store_dir, args.out, broker=args.broker, config_dir=args.config_dir,
-                                   allow_gaps=args.allow_gaps)  # fmt: skip
+                                   allow_gaps=args.allow_gaps, tier=None if args.no_tier else "auto")  # fmt: skip
     except RecordsExpired as exc:
         print(f"export failed: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # the tier (or the store) could not be read
+        print(f"export failed: {exc}", file=sys.stderr)
+        return 1
     report: dict[str, Any] = {"out": args.out, "records": stats.records, "bytes": stats.bytes,
                               "positions": stats.positions, "torn": scan.torn, "expired": scan.expired}  # fmt: skip
     print(json.dumps(report))

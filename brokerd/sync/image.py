@@ -1,9 +1,9 @@
 """The metadata image and the one pure apply function (record + image → image) shared by the broker's slave
 apply (through the managers, which store exactly what ``merge`` computes), the tests and the Spark compaction job.
 
-An image holds the four tables keyed as change records key them (topic name, group name, ``group@topic``,
-``str(level)``), each with the DataVersion of the last record applied to it. Last write wins per key, in log
-order; a delete drops the key; a consumer-offset record carries only the queues that changed and merges into
+An image holds the tables keyed as change records key them (topic name, group name, ``group@topic``,
+``str(level)``, ``topic@group`` for message request modes), each with the DataVersion of the last record applied
+to it. Last write wins per key, in log order; a delete drops the key; a consumer-offset record carries only the queues that changed and merges into
 the key's queue map. ``docs_from_image`` / ``image_from_docs`` convert to and from the broker's table documents
 (``ConfigManager.export_state``: RocketMQ's file JSON), which is what snapshots carry. Pure code.
 """
@@ -14,14 +14,21 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from brokerd.metadata.hook import KIND_CONSUMER_OFFSET, KIND_DELAY_OFFSET, KIND_SUBSCRIPTION_GROUP, KIND_TOPIC
+from brokerd.metadata.hook import (
+    KIND_CONSUMER_OFFSET,
+    KIND_DELAY_OFFSET,
+    KIND_MESSAGE_REQUEST_MODE,
+    KIND_SUBSCRIPTION_GROUP,
+    KIND_TOPIC,
+)
 from brokerd.sync.records import DELETED, SyncRecord
 
 # snapshot section -> (kind, the table's field in the document)
 SECTIONS: Final = {"topics": (KIND_TOPIC, "topicConfigTable"),
                    "subscriptionGroups": (KIND_SUBSCRIPTION_GROUP, "subscriptionGroupTable"),
                    "consumerOffsets": (KIND_CONSUMER_OFFSET, "offsetTable"),
-                   "delayOffsets": (KIND_DELAY_OFFSET, "offsetTable")}
+                   "delayOffsets": (KIND_DELAY_OFFSET, "offsetTable"),
+                   "messageRequestModes": (KIND_MESSAGE_REQUEST_MODE, "messageRequestModeTable")}
 KINDS: Final = tuple(kind for kind, _ in SECTIONS.values())
 
 

@@ -1,13 +1,13 @@
 """Metadata change records (RIP-81): what a master writes into its own commit log, one message per change, on
 the system topics RocketMQ names, so the records ride replication like any message.
 
-A record: kind (topics / groups / consumer offsets / delay offsets), change type CREATED / UPDATED / DELETED,
+A record: kind (topics / groups / consumer offsets / delay offsets / message request modes), change type CREATED / UPDATED / DELETED,
 key, value (topic/group JSON in RocketMQ's camelCase; ``{queueId: offset}`` of the changed queues for consumer
 offsets; an int for delay offsets; None for a delete), the table's DataVersion after the change, and the
 master's wall-clock time. Encoded as msgpack (the message body), one queue (0) per topic.
 
 Keys are the change-record keys of ``brokerd.metadata`` (``MetadataChange.key``): topic name, group name,
-``group@topic``, ``str(level)``. Pure code.
+``group@topic``, ``str(level)``, ``topic@group`` (request modes). Pure code.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import msgpack
 from brokerd.metadata.hook import (
     KIND_CONSUMER_OFFSET,
     KIND_DELAY_OFFSET,
+    KIND_MESSAGE_REQUEST_MODE,
     KIND_SUBSCRIPTION_GROUP,
     KIND_TOPIC,
     OP_DELETE,
@@ -30,9 +31,11 @@ TOPIC_CONFIG_SYNC: Final = "RMQ_SYS_TOPIC_CONFIG_SYNC"
 CONSUMER_OFFSET_SYNC: Final = "RMQ_SYS_CONSUMER_OFFSET_SYNC"
 DELAY_OFFSET_SYNC: Final = "RMQ_SYS_DELAY_OFFSET_SYNC"
 SUBSCRIPTION_GROUP_SYNC: Final = "RMQ_SYS_SUBSCRIPTION_GROUP_SYNC"
+MESSAGE_REQUEST_MODE_SYNC: Final = "RMQ_SYS_MESSAGE_REQUEST_MODE_SYNC"  # ours: POP/PULL modes (401)
 
 SYNC_TOPIC_OF: Final = {KIND_TOPIC: TOPIC_CONFIG_SYNC, KIND_SUBSCRIPTION_GROUP: SUBSCRIPTION_GROUP_SYNC,
-                        KIND_CONSUMER_OFFSET: CONSUMER_OFFSET_SYNC, KIND_DELAY_OFFSET: DELAY_OFFSET_SYNC}
+                        KIND_CONSUMER_OFFSET: CONSUMER_OFFSET_SYNC, KIND_DELAY_OFFSET: DELAY_OFFSET_SYNC,
+                        KIND_MESSAGE_REQUEST_MODE: MESSAGE_REQUEST_MODE_SYNC}
 KIND_OF_TOPIC: Final = {t: k for k, t in SYNC_TOPIC_OF.items()}
 SYNC_TOPICS: Final = frozenset(SYNC_TOPIC_OF.values())
 
@@ -98,6 +101,6 @@ class SyncRecord:
                 raise ValueError("metadata sync record: a consumer offset value is {queueId: offset}")
         if self.kind == KIND_DELAY_OFFSET and self.value is not None and not isinstance(self.value, int):
             raise ValueError("metadata sync record: a delay offset value is an int")
-        if self.kind in (KIND_TOPIC, KIND_SUBSCRIPTION_GROUP) and self.value is not None:
+        if self.kind in (KIND_TOPIC, KIND_SUBSCRIPTION_GROUP, KIND_MESSAGE_REQUEST_MODE) and self.value is not None:
             if not isinstance(self.value, dict):
-                raise ValueError("metadata sync record: a topic/group value is an object")
+                raise ValueError("metadata sync record: a topic/group/request-mode value is an object")

@@ -5,7 +5,12 @@ before it writes its own), stop following, and journal every local change into t
 file is written every ``snapshot_interval_ms`` while anything changed. ``on_slave()``: stop journaling (buffered
 offsets are written first when the store still takes them) and follow the local log; a slave without a usable
 position (new, its records expired, or a former master whose own records may have been truncated) first installs
-a snapshot of its master's image (GET_METADATA_SNAPSHOT, served by ``handlers``) — retried until it gets one.
+a snapshot of its master's image (GET_METADATA_SNAPSHOT, served by ``handlers``) — retried until it gets one,
+and keeps it as its own latest snapshot file (its log holds the records after it).
+
+Retention (``retention_guard``, installed on the store): before the store's expiry deletes segments holding change
+records the latest snapshot file does not cover, a snapshot is written (a master: its image; a slave: the image
+its follower applied, at the follower's positions), so this store alone always rebuilds the metadata.
 """
 
 from __future__ import annotations
@@ -25,21 +30,25 @@ from brokerd.remoting.client import RemotingClient
 from brokerd.remoting.codes import RequestCode, ResponseCode
 from brokerd.remoting.command import RemotingCommand, request
 from brokerd.remoting.connection import Connection
+from brokerd.store.protocols import RetentionGuard
 from brokerd.store.results import PutMessageResult
 from brokerd.sync.follower import FollowedStore, MetadataFollower
 from brokerd.sync.journal import MetadataJournal
 from brokerd.sync.records import SYNC_TOPICS
+from brokerd.sync.retention import RecordQueues, SnapshotKeeper
 from brokerd.sync.snapshot import Snapshot, SnapshotStore
 
 SAVE_PERIOD_S = 5.0
 BOOTSTRAP_RETRY_S = 0.5
 
 
-class SyncStore(FollowedStore, Protocol):
+class SyncStore(FollowedStore, RecordQueues, Protocol):
     def append_message(self, msg: MessageInner) -> PutMessageResult: ...
 
     @property
     def max_phy_offset(self) -> int: ...
+
+    def set_retention_guard(self, cb: RetentionGuard | None) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -61,11 +70,13 @@ class MetadataSync:
         self.log = log if log is not None else structlog.get_logger("metadata_sync")
         self.follower = MetadataFollower(store, meta, self.log)
         self.snapshots = SnapshotStore(meta.config_dir)
+        self.keeper = SnapshotKeeper(store, self.snapshots)
         self.journal: MetadataJournal | None = None
         self.role = "NONE"
         self._was_master = False
         self._task: asyncio.Task[None] | None = None
         self._records_at_snapshot = -1
+        store.set_retention_guard(self.retention_guard)
 
     # ------------------------------------------------------------------ roles
 
@@ -142,7 +153,9 @@ class MetadataSync:
                 try:
                     resp = await self.outer.invoke(addr, request(RequestCode.GET_METADATA_SNAPSHOT, {}), 10.0)
                     if resp.code == ResponseCode.SUCCESS and resp.body:
-                        self.follower.install(Snapshot.decode(resp.body))
+                        snap = Snapshot.decode(resp.body)
+                        self.follower.install(snap)
+                        await self._keep(snap)
                         return
                     self.log.info("metadata_snapshot_refused", master=addr, code=resp.code, remark=resp.remark)
                 except Exception as exc:  # noqa: BLE001 - master unreachable or a bad answer: ask again
@@ -154,8 +167,7 @@ class MetadataSync:
     def snapshot_now(self) -> Snapshot:
         """The image as it is now and the record positions it covers (buffered offsets are in the tables)."""
         positions = {t: self.store.max_offset_in_queue(t, 0) for t in SYNC_TOPICS}
-        return Snapshot(self.meta.export_sections(), positions, time.time_ns() // 1_000_000,
-                        self.store.max_phy_offset)  # fmt: skip
+        return Snapshot(self.meta.export_sections(), positions, _now_ms(), self.keeper.log_offset(positions))
 
     async def write_snapshot(self) -> None:
         """A snapshot file, when records were written since the last one (or none was written yet)."""
@@ -163,8 +175,51 @@ class MetadataSync:
         if journal is None or journal.records_total == self._records_at_snapshot:
             return
         records = journal.records_total
-        await asyncio.to_thread(self.snapshots.write, self.snapshot_now())
+        await asyncio.to_thread(self.keeper.write, self.snapshot_now())
         self._records_at_snapshot = records
+
+    async def _keep(self, snap: Snapshot) -> None:
+        """A snapshot installed from the master becomes this store's latest file (its log has what follows)."""
+        try:
+            await asyncio.to_thread(self.keeper.write, snap)
+        except OSError as exc:
+            self.log.error("metadata_snapshot_write_failed", error=str(exc))
+
+    # ------------------------------------------------------------------ retention (the store's expiry)
+
+    def retention_guard(self, upto: int) -> int:
+        """The store's ``RetentionGuard``: segments below ``upto`` are about to expire. When they hold change records
+        the latest snapshot does not cover, write one that does first (blocking: one file write and fsync, rare);
+        answers the offset below which segments may go."""
+        floor = self.keeper.floor()
+        if floor >= upto:
+            return upto
+        snap = self._covering_snapshot()
+        if snap is None or snap.positions == self.keeper.covered():  # none, or it would cover nothing more
+            self.log.info("metadata_expiry_held", role=self.role, upto=upto, floor=floor)
+            return floor
+        records = self.journal.records_total if self.journal is not None else -1
+        try:
+            self.keeper.write(snap)
+        except OSError as exc:
+            self.log.error("metadata_snapshot_write_failed", error=str(exc), reason="expiry")
+            return floor
+        if self.journal is not None:
+            self._records_at_snapshot = records  # the periodic snapshot has nothing new to cover
+        floor = self.keeper.floor()
+        self.log.info("metadata_snapshot_written", reason="expiry", positions=snap.positions,
+                      log_offset=snap.log_offset, upto=upto, floor=floor)  # fmt: skip
+        return upto if floor >= upto else floor
+
+    def _covering_snapshot(self) -> Snapshot | None:
+        """A snapshot of this broker's image now: a master's whole image, a following slave's applied one."""
+        if self.role == "MASTER" and self.journal is not None:
+            return self.snapshot_now()
+        f = self.follower
+        if self.role == "SLAVE" and f.active and not f.gap and f.positions is not None:
+            positions = dict(f.positions)
+            return Snapshot(self.meta.export_sections(), positions, _now_ms(), self.keeper.log_offset(positions))
+        return None
 
     def handlers(self) -> dict[int, Any]:
         return {RequestCode.GET_METADATA_SNAPSHOT: self._serve_snapshot}
@@ -174,8 +229,16 @@ class MetadataSync:
             return cmd.response(ResponseCode.SYSTEM_ERROR, "not a master: no metadata snapshot to serve")
         return cmd.response(ResponseCode.SUCCESS, None, {}, self.snapshot_now().encode())
 
+    def snapshot_info(self) -> dict[str, Any]:
+        """GET_BROKER_RUNTIME_INFO fields of the latest snapshot file (``SnapshotKeeper.info``)."""
+        return self.keeper.info()
+
     def status(self) -> dict[str, Any]:
-        st: dict[str, Any] = {"role": self.role, "follower": self.follower.stats()}
+        st: dict[str, Any] = {"role": self.role, "follower": self.follower.stats(), "snapshot": self.keeper.info()}
         if self.journal is not None:
             st["journal"] = self.journal.stats()
         return st
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000

@@ -30,13 +30,21 @@ class TierBackend(Protocol):
     def delete(self, name: str) -> None:
         """Remove an object (absent is fine)."""
 
+    def location(self) -> dict[str, str]:
+        """Where the objects are, enough for ``backend_at`` to open them again (never credentials)."""
+
 
 class PosixBackend:
-    """Objects are files under ``root``; names are relative paths with ``/``."""
+    """Objects are files under ``root``; names are relative paths with ``/``. ``create=False``: a reader that must
+    not create the directory (it may be absent: then there is nothing to read)."""
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
+    def __init__(self, root: str | os.PathLike[str], *, create: bool = True) -> None:
         self.root = Path(root)
-        self.root.mkdir(parents=True, exist_ok=True)
+        if create:
+            self.root.mkdir(parents=True, exist_ok=True)
+
+    def location(self) -> dict[str, str]:
+        return {"provider": "posix", "path": str(self.root.resolve())}
 
     def _path(self, name: str) -> Path:
         p = (self.root / name).resolve()
@@ -77,7 +85,7 @@ class PosixBackend:
 
     def list(self, prefix: str) -> list[str]:
         base = self._path(prefix.rsplit("/", 1)[0]) if "/" in prefix else self.root
-        if not base.is_dir():
+        if not base.is_dir() or not self.root.is_dir():
             return []
         root = self.root.resolve()
         out = []
@@ -112,10 +120,16 @@ class S3Backend:
 
         self.bucket = bucket
         self.prefix = prefix
+        self.endpoint = endpoint or ""
+        self.region = region
         self.client: Any = boto3.client(
             "s3", endpoint_url=endpoint or None, aws_access_key_id=access_key or None,
             aws_secret_access_key=secret_key or None, region_name=region,
             config=Config(retries={"max_attempts": 3, "mode": "standard"}, max_pool_connections=16))  # fmt: skip
+
+    def location(self) -> dict[str, str]:
+        return {"provider": "s3", "endpoint": self.endpoint, "bucket": self.bucket, "region": self.region,
+                "prefix": self.prefix}  # fmt: skip
 
     def _error_code(self, exc: Exception) -> str:
         resp = getattr(exc, "response", None) or {}
@@ -164,3 +178,15 @@ def make_backend(provider: str, *, path: str, cluster: str, broker_name: str, en
     if provider == "s3":
         return S3Backend(endpoint, bucket, access_key, secret_key, region, prefix=f"{cluster}/{broker_name}/")
     raise ValueError(f"tieredBackendServiceProvider: unknown backend {provider!r} (posix or s3)")
+
+
+def backend_at(location: dict[str, str], *, access_key: str = "", secret_key: str = "") -> TierBackend:
+    """A backend for what ``TierBackend.location`` described (a POSIX one is not created when absent); S3
+    credentials: the arguments, else boto3's own chain (``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY``, ...)."""
+    provider = location.get("provider")
+    if provider == "posix":
+        return PosixBackend(location["path"], create=False)
+    if provider == "s3":
+        return S3Backend(location.get("endpoint") or None, location["bucket"], access_key, secret_key,
+                         location.get("region") or "us-east-1", prefix=location.get("prefix", ""))  # fmt: skip
+    raise ValueError(f"tier location: unknown provider {provider!r} (posix or s3)")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 from typing import Any, Final, Protocol
 
 import msgpack
@@ -23,6 +24,7 @@ from brokerd.store.epoch import EpochEntry
 from brokerd.store.raw_scan import Scanned
 from brokerd.store.results import GetMessageResult, PutMessageResult, PutStatus
 from brokerd.store.tier import TierView
+from brokerd.tiered.archive import latest_manifest, write_locator
 from brokerd.tiered.backend import TierBackend
 from brokerd.tiered.config import TierConfig
 from brokerd.tiered.manifest import (
@@ -45,6 +47,9 @@ TIER_SYNC_TOPIC: Final = "RMQ_SYS_TIERED_SYNC"
 
 class TieredStore(Protocol):
     """What the tiered service uses of ``brokerd.store.message_store.MessageStore``."""
+
+    @property
+    def root(self) -> Path: ...
 
     @property
     def confirm_offset(self) -> int: ...
@@ -101,6 +106,7 @@ class TieredService:
         self.log = (log if log is not None else structlog.get_logger("tiered")).bind(component="tiered")
         self.reader = TierReader(backend, cache_bytes=cfg.cache_bytes, read_ahead=cfg.read_ahead, log=self.log)
         store.attach_tier(self.reader)  # before any expiry: nothing leaves the disk the tier does not hold
+        self._locate()
         self.role = "NONE"
         self.epoch = 0
         self.broker_id = -1
@@ -118,6 +124,13 @@ class TieredService:
     @property
     def manifest(self) -> Manifest:
         return self.reader.manifest
+
+    def _locate(self) -> None:
+        """The store directory names its tier (``archive.LOCATOR``): tools reading the store alone find it."""
+        try:
+            write_locator(self.store.root, self.backend)
+        except OSError as exc:  # the store will report its own trouble; tools can still be told where the tier is
+            self.log.warning("tier_locator_not_written", error=str(exc))
 
     # ------------------------------------------------------------------ roles
 
@@ -159,13 +172,10 @@ class TieredService:
 
     def _latest(self) -> Manifest:
         """The newest manifest version in the tier (blocking; run in a thread)."""
-        names = self.backend.list(MANIFEST_PREFIX)
-        for name in reversed(names):
-            try:
-                return Manifest.decode(self.backend.get(name))
-            except (OSError, ValueError) as exc:  # a torn or foreign object: the previous version counts
-                self.log.warning("tier_manifest_unreadable", name=name, error=str(exc))
-        return Manifest()
+        return latest_manifest(self.backend, self._unreadable)
+
+    def _unreadable(self, name: str, exc: Exception) -> None:
+        self.log.warning("tier_manifest_unreadable", name=name, error=str(exc))
 
     def _commit(self, m: Manifest) -> bool:
         return self.backend.create_exclusive(manifest_name(m.version), m.encode())

@@ -102,4 +102,12 @@ class DashboardDirectory(Protocol):
     def brokers(self) -> Mapping[str, DashboardSlot]: ...
 
 
+class GrpcView(Protocol):
+    """The container's gRPC endpoint (RocketMQ 5.x SDK clients), when enabled."""
+
+    def snapshot(self) -> dict[str, Any]:
+        """{"enabled", "port", "clients": [...], "requests": [{"rpc", "code", "count"}], "messages": {...}}."""
+        ...
+
+
 JSON = dict[str, Any]

@@ -48,7 +48,17 @@ def ha_view(status: dict[str, Any]) -> dict[str, Any]:
         "controllerLeader": status.get("controllerLeader") or "",
         "masterHaAddr": status.get("masterHaAddr") or "",
         "connected": bool(status.get("connected", False)),
+        "metadataSnapshot": _snapshot_view(status),
     }
+
+
+def _snapshot_view(status: dict[str, Any]) -> dict[str, int] | None:
+    """The latest metadata snapshot's commit-log position and time (incremental metadata sync; None: off)."""
+    snap = (status.get("incrementalSync") or {}).get("snapshot")
+    if not snap:
+        return None
+    return {"logOffset": int(snap.get("metadataSnapshotLogOffset", -1)),
+            "time": int(snap.get("metadataSnapshotTime", -1))}  # fmt: skip
 
 
 def broker_row(identity: str, broker: DashboardBroker) -> dict[str, Any]:
@@ -60,7 +70,28 @@ def broker_row(identity: str, broker: DashboardBroker) -> dict[str, Any]:
         ha = {"error": str(e)}
     return {"identity": identity, "cluster": cfg.broker_cluster_name, "name": cfg.broker_name,
             "brokerId": cfg.broker_id, "addr": cfg.broker_addr, "configuredRole": cfg.broker_role,
-            "status": status, "lastError": last_error, "ha": ha, "metrics": counters(broker)}
+            "status": status, "lastError": last_error, "ha": ha, "metrics": counters(broker),
+            "timers": timer_view(broker), "pop": pop_view(broker)}
+
+
+def timer_view(broker: DashboardBroker) -> dict[str, Any] | None:
+    """Timer messages (brokerd/timer): the counters, lateness quantiles and pending timers by due time."""
+    try:
+        return {**broker.timers.figures(), "pendingByDue": dict(broker.timers.pending_by_due())}
+    except Exception:  # noqa: BLE001 - a broker without the figures still shows the rest
+        return None
+
+
+def pop_view(broker: DashboardBroker) -> dict[str, Any] | None:
+    """POP consumption (brokerd/pop): whether it is served here, its counters and its groups (in flight, revive
+    backlog: in flight past their invisible time, retry backlog: waiting in the retry topic)."""
+    try:
+        st = broker.pop.stats()
+    except Exception:  # noqa: BLE001 - a broker without the figures still shows the rest
+        return None
+    groups = [{"group": g, **f} for g, f in sorted(st["groups"].items())]
+    return {"active": st["active"], "checkpoints": st["checkpoints"], "parked": st["parked"], **st["counters"],
+            "groups": groups}
 
 
 def overview(directory: DashboardDirectory) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from brokerd.remoting.command import RemotingCommand, request
 from brokerd.remoting.connection import Connection
 from container.dashboard import figures
 from container.dashboard.auth import COOKIE, CSRF_HEADER, LoginThrottle, Session, SessionSigner, csrf_ok
-from container.dashboard.context import AdminCredentials, DashboardBroker, DashboardDirectory
+from container.dashboard.context import AdminCredentials, DashboardBroker, DashboardDirectory, GrpcView
 from container.dashboard.errors import RecentErrors
 from container.dashboard.history import RATE_SERIES, History
 
@@ -58,6 +58,7 @@ class Dashboard:
         self.sessions = SessionSigner()
         self.throttle = LoginThrottle()
         self._sampler: asyncio.Task[None] | None = None
+        self.grpc: GrpcView | None = None  # the gRPC endpoint, set by the container when it serves one
 
     # -- wiring ----------------------------------------------------------------------------------------------
 
@@ -70,7 +71,8 @@ class Dashboard:
         r.add_get("/dashboard/", self._index)
         r.add_get("/dashboard/static/{name}", self._static)
         for path, get in (("overview", self._overview), ("topics", self._topics), ("groups", self._groups),
-                          ("errors", self._errors), ("history", self._history), ("session", self._session)):
+                          ("errors", self._errors), ("history", self._history), ("session", self._session),
+                          ("grpc", self._grpc)):
             r.add_get(f"/api/{path}", get)
         r.add_post("/api/login", self._login)
         r.add_post("/api/logout", self._logout)
@@ -134,6 +136,9 @@ class Dashboard:
 
     async def _topics(self, request: web.Request) -> web.Response:
         return web.json_response({"brokers": figures.per_broker(self.directory, figures.topic_rows)})
+
+    async def _grpc(self, request: web.Request) -> web.Response:
+        return web.json_response(self.grpc.snapshot() if self.grpc is not None else {"enabled": False})
 
     async def _groups(self, request: web.Request) -> web.Response:
         return web.json_response({"brokers": figures.per_broker(self.directory, figures.group_rows)})

@@ -169,7 +169,7 @@ def drive(args: argparse.Namespace) -> int:
             (tmp / flush).mkdir()
             os.sync()
             probe = disk_probe(tmp / flush)
-            c = Cluster(tmp / flush, brokers=1, flushDiskType=flush).start()
+            c = Cluster(tmp / flush, brokers=1, flushDiskType=flush, waitTimeMillsInSendQueue=200).start()  # RocketMQ's
             try:
                 addr = c.broker_addr()
                 assert rpc(addr, 17, {"topic": TOPIC, "readQueueNums": str(QUEUES),

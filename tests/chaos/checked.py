@@ -1,5 +1,7 @@
 """One chaos run for a test: the run lasts until `tail_s` after its last fault heals, every check must pass and no
-planned fault may have been skipped (the report's path is printed, and named in a failure)."""
+planned fault may have been skipped (the report's path is printed, and named in a failure). A fault window run
+again because it saw no traffic for its checks (``nemesis.WINDOW_TRIES``) is printed; one that never got it is a
+skipped fault."""
 
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ def run_checked(tmp_path: Path, spec: RunSpec, *, tail_s: float, keep_deploy: bo
     assert result["error"] is None, result["error"]
     checks = result["checks"]
     print(f"\n{result['dir']}\n" + "\n".join(f"  {n}: {c}" for n, c in checks.items() if n != "unavailability"))
+    if result.get("retried_windows"):
+        print(f"  windows run again (no traffic for their checks): {result['retried_windows']}")
     failed = {n: c for n, c in checks.items() if not c["ok"]}
     assert not failed, f"checks failed: {failed} (report: {result['dir']}/report.md)"
     assert not result["skipped_faults"], result["skipped_faults"]

@@ -33,21 +33,24 @@ def test_ha_2c_survives_a_container_kill_a_pause_an_isolation_and_a_delay(tmp_pa
     over to c0), then cut c0 off from every other process (both sets fail over back to c1; the harness still
     reaches c0, whose sends must not be acknowledged), then delay every packet of c1 100 ± 50 ms (NFQUEUE: it
     masters or replicates both sets, so every send takes two delayed round trips). Nothing acknowledged is lost,
-    per-queue order holds, no two writable masters, unavailability within the targets."""
-    net_faults = [Fault(13.0, "isolate", "c0", 2.5), *([Fault(19.0, "delay", "c1", 2.0)] if DELAY else [])]
+    per-queue order holds, no two writable masters, unavailability within the targets. The isolation and the delay
+    windows get the sends their checks need from the nemesis's probes (a window without them runs again)."""
+    # each fault ~1 s after the previous one's recovery (the nemesis waits until the deployment is ready: a
+    # fault never starts before; on a loaded machine it starts later)
+    net_faults = [Fault(9.0, "isolate", "c0", 2.5), *([Fault(14.5, "delay", "c1", 2.0)] if DELAY else [])]
     spec = RunSpec(deployment="ha-2c", net="netns" if NETNS else "loopback", flush="ASYNC_FLUSH", seed=7,
-                   schedule=[Fault(2.0, "kill", "c0", 1.0), Fault(7.0, "pause", "c1", 2.5),
-                             *(net_faults if NETNS else [Fault(13.0, "kill", "c0", 1.0)])],
+                   schedule=[Fault(2.0, "kill", "c0", 1.0), Fault(5.0, "pause", "c1", 2.5),
+                             *(net_faults if NETNS else [Fault(9.0, "kill", "c0", 1.0)])],
                    workload=WorkloadSpec(pace_s=0.02, admin_every_s=0.5), targets_s=TARGETS, label="ha-2c-short")
     r = _run(tmp_path, spec)
     checks = r["checks"]
     assert checks["acked_lost"]["acknowledged"] > 1000 and checks["acked_lost"]["lost"] == 0
     assert checks["two_masters"]["epochs"] >= 3  # broker-a failed over twice or more
     assert checks["metadata_lost"]["acknowledged"] >= 10 and checks["queue_order"]["violations"] == 0
-    if NETNS:
+    if NETNS:  # while c0 (master of both sets) was cut off, the nemesis drove sends at it until its window had some
         minority = checks["minority_acks"]
-        assert minority["minority_sets_checked"] == 2 and minority["sends_to_minority"] > 0  # c0 mastered both
-    if DELAY:
+        assert minority["minority_sets_checked"] >= 2 and minority["sends_to_minority"] > 0
+    if DELAY:  # ... and drove sends at both masters until each set had one acknowledged inside the delay window
         (delay,) = checks["delay_windows"]["windows"]
         assert "overruns=0" in delay["detail"], delay  # the delayer lost no packet notification
         assert all(st["acked"] > 0 and st["p50_ms"] >= 150 for st in delay["sets"].values()), delay
@@ -81,7 +84,7 @@ def test_ha_2c_with_tiered_storage_loses_nothing_and_keeps_the_tier_consistent(t
             "tieredStoreFilePath": str(tmp_path / "tier"), "mappedFileSizeCommitLog": 65536,
             "tieredChunkSize": 65536, "tieredUploadInterval": 100}  # fmt: skip
     spec = RunSpec(deployment="ha-2c", net="netns" if NETNS else "loopback", flush="ASYNC_FLUSH", seed=11,
-                   schedule=[Fault(2.0, "kill", "c0", 1.0), Fault(7.0, "pause", "c1", 2.5)],
+                   schedule=[Fault(2.0, "kill", "c0", 1.0), Fault(5.0, "pause", "c1", 2.5)],
                    workload=WorkloadSpec(pace_s=0.01), broker_extra=tier, label="ha-2c-tiered")  # fmt: skip
     r = _run(tmp_path, spec)
     checks = r["checks"]

@@ -86,7 +86,9 @@ def test_broker_over_warning_level_refuses_writes(tmp_path: pathlib.Path) -> Non
                 diskSpaceCleanForciblyRatio=0.99, **SMALL).start()
     try:
         assert send(c, 0, size=10_000).code == 0  # type: ignore[attr-defined]
-        wait_for(lambda: send(c, 0, size=10_000).code == 14, 20, "broker-a refusing writes")  # type: ignore[attr-defined]
+        # each check is a 10 KB send: no pause between them (the broker's clean pass runs every 100 ms)
+        wait_for(lambda: send(c, 0, size=10_000).code == 14, 20, "broker-a refusing writes",  # type: ignore[attr-defined]
+                 interval=0.0)
         r = send(c, 0)
         assert r.code == 14 and "disk" in (r.remark or "")  # type: ignore[attr-defined]
         assert send(c, 1).code == 0  # type: ignore[attr-defined]

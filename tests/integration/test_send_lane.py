@@ -598,7 +598,9 @@ async def test_overload_refusals_are_the_python_paths_and_store_nothing(tmp_path
     """While the send queue is full every send is answered SYSTEM_BUSY at once, by the lane in C exactly as by the
     Python processor (one-way sends unanswered, other requests served); once it drains both store alike again."""
     frames = mixed_stream(17, 300, binary)
-    (a, ca, ta), (b, cb, tb) = [await start_broker(tmp_path / name, lane, broker_fast_failure_enable=True)
+    # a minute's wait limit: only the full queue refuses here, never a read the loaded machine handled late
+    (a, ca, ta), (b, cb, tb) = [await start_broker(tmp_path / name, lane, broker_fast_failure_enable=True,
+                                                   wait_time_mills_in_send_queue=60_000)
                                 for name, lane in (("a", True), ("b", False))]  # fmt: skip
     try:
         feed(ca, frames[:20], 1)  # admit topics and queues

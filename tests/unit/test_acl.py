@@ -127,6 +127,26 @@ def test_group_perms(acl) -> None:  # type: ignore[no-untyped-def]
     assert _ok(acl, _signed(15, {"consumerGroup": "groupB", "topic": "topicB", "queueId": "0", "commitOffset": "1"}))
 
 
+def test_pop_and_recall_perms(acl) -> None:  # type: ignore[no-untyped-def]
+    def pop(code: int, topic: str, group: str) -> RemotingCommand:
+        return _signed(code, {"consumerGroup": group, "topic": topic, "queueId": "-1", "extraInfo": "0 1 2 0 0 b 0"})
+    for code in (200050, 200051, 200053, 200054, 200055):  # POP, ACK, CHANGE_INVISIBLETIME, NOTIFICATION, POLLING
+        assert _ok(acl, pop(code, "topicC", "groupC"))
+        assert not _ok(acl, pop(code, "topicA", "groupC")) and not _ok(acl, pop(code, "topicC", "groupA"))
+    def batch(topic: str, group: str) -> RemotingCommand:
+        body = orjson.dumps({"acks": [{"c": group, "t": topic, "r": "0", "so": 0, "q": 0, "rq": 0, "pt": 1,
+                                       "it": 1000, "b": "AQ=="}]})
+        return _signed(200151, {}, body)
+    assert _ok(acl, batch("topicC", "groupC")) and not _ok(acl, batch("topicA", "groupC"))
+    assert not _ok(acl, batch("topicC", "groupA"))
+    assigned = orjson.dumps({"topic": "topicA", "consumerGroup": "groupC", "clientId": "c"})
+    assert not _ok(acl, _signed(400, {}, assigned))  # QUERY_ASSIGNMENT: SUB on the topic
+    assert _ok(acl, _signed(370, {"topic": "topicB", "recallHandle": "x"}))  # RECALL: PUB on the topic
+    assert not _ok(acl, _signed(370, {"topic": "topicC", "recallHandle": "x"}))  # SUB only
+    mode = orjson.dumps({"topic": "topicB", "consumerGroup": "groupB", "mode": "POP", "popShareQueueNum": 0})
+    assert "Need admin permission" in decide(acl, _signed(401, {}, mode), IP, BROKER_ADMIN_CODES)
+
+
 def test_heartbeat_groups_and_subscriptions(acl) -> None:  # type: ignore[no-untyped-def]
     def hb(group: str, topic: str) -> RemotingCommand:
         body = orjson.dumps({"clientID": "c", "consumerDataSet": [

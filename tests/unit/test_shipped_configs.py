@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import os
 import pathlib
 
 import pytest
@@ -66,3 +67,17 @@ def test_invalid_value_names_the_key(tmp_path: pathlib.Path) -> None:
     bad.write_text("brokerName=x\nflushDiskType=NEVER\n")
     with pytest.raises(ConfigError, match="flushDiskType"):
         load_broker_config(str(bad))
+
+
+def test_shipped_containers_keep_their_state_file_with_their_brokers_data() -> None:
+    """Brokers added at runtime are restored from the container's state file: every shipped container keeps it in
+    the data folder of its brokers' stores (relative to the working directory, like storePathRootDir), so deleting
+    that folder resets the deployment."""
+    containers = [p for p in sorted(CONF.rglob("*.conf")) if "brokerConfigPaths" in read_properties(str(p))]
+    assert len(containers) == 7
+    for path in containers:
+        state = read_properties(str(path)).get("containerStateFile", "")
+        cfg = load_container_config(str(path))
+        assert state.startswith("./data/") and str(cfg.listen_port) in state, path
+        stores = {os.path.dirname(load_broker_config(p).store_path_root_dir) for p in cfg.broker_paths}
+        assert stores == {os.path.dirname(state)}, path

@@ -94,12 +94,70 @@ function renderOverview(data) {
       cell("rocketmq_messages_in_total"), cell("rocketmq_messages_out_total"),
       el("td", { class: "num" }, human(m.rocketmq_bytes_in_total || 0)),
       cell("rocketmq_errors_total"), el("td", { class: "num" }, human(m.rocketmq_disk_usage_bytes || 0)),
-      cell("rocketmq_commitlog_max_offset"),
+      cell("rocketmq_commitlog_max_offset"), snapshotCell(b.identity, ha.metadataSnapshot),
       el("td", {}, slaves.length ? table(["slave", "state", "ack", "lag"], slaves, "inner")
         : (ha.masterHaAddr ? "master HA " + ha.masterHaAddr + (ha.connected ? " (connected)" : " (not connected)") : "–")));
   });
+  renderTimers(data);
+  renderPop(data);
   replace("brokers", table(["broker", "address", "role", "status", "epoch", "sync state set", "msgs in",
-    "msgs out", "bytes in", "errors", "disk", "commit log max", "replicas"], rows));
+    "msgs out", "bytes in", "errors", "disk", "commit log max", "metadata snapshot", "replicas"], rows));
+}
+
+// timer messages per broker: pending by due time (cumulative counts, shown per band), fired, recalled, lateness
+function renderTimers(data) {
+  const bands = [["1", "≤ 1 s"], ["60", "≤ 1 min"], ["3600", "≤ 1 h"], ["86400", "≤ 1 d"], ["+Inf", "all"]];
+  const rows = data.brokers.filter((b) => b.timers).map((b) => {
+    const t = b.timers, due = t.pendingByDue || {};
+    const late = (ms) => (ms < 0 ? "–" : ms === 1e12 ? "> 60 s" : "≤ " + fmt(ms) + " ms");
+    return el("tr", { "data-timers": b.identity }, el("td", {}, b.identity),
+      ...bands.map(([le]) => num(due[le], { "data-due": le })),
+      num(t.fired, { "data-timer": "fired" }), num(t.rolled), num(t.recalled, { "data-timer": "recalled" }),
+      num(t.refused), el("td", { class: "num" }, late(t.latenessP50Ms)), el("td", { class: "num" }, late(t.latenessP99Ms)));
+  });
+  replace("timers", rows.length ? table(["broker", ...bands.map(([, label]) => "pending " + label), "fired", "rolled",
+    "recalled", "refused", "lateness p50", "lateness p99"], rows) : el("p", {}, "–"));
+}
+
+// POP consumption per broker and group: messages in flight, revive backlog (past their invisible time, not revived
+// yet), retry backlog (waiting in the group's retry topic), and the broker's POP counters
+function renderPop(data) {
+  const rows = [];
+  data.brokers.filter((b) => b.pop && (b.pop.active || b.pop.groups.length)).forEach((b) => {
+    const p = b.pop;
+    const groups = p.groups.length ? p.groups : [{ group: "–", inflight: 0, reviveBacklog: 0, retryBacklog: 0 }];
+    groups.forEach((g) => rows.push(el("tr", { "data-pop-group": b.identity + "/" + g.group },
+      el("td", {}, b.identity), el("td", {}, g.group), num(g.inflight, { "data-pop": "inflight" }),
+      num(g.reviveBacklog, { "data-pop": "reviveBacklog" }), num(g.retryBacklog, { "data-pop": "retryBacklog" }),
+      num(p.popped), num(p.acks), num(p.revived), num(p.dead_lettered), num(p.parked))));
+  });
+  replace("pop", rows.length ? table(["broker", "group", "in flight", "revive backlog", "retry backlog", "popped",
+    "acked", "revived", "to DLQ", "parked polls"], rows) : el("p", {}, "–"));
+}
+
+// the gRPC endpoint (RocketMQ 5.x SDKs): its clients, and its requests by RPC and the proto's status code
+function renderGrpc(data) {
+  if (!data.enabled) { replace("grpc", el("p", {}, "not enabled (enableGrpcProxy=false)")); return; }
+  const clients = data.clients.map((c) => el("tr", { "data-grpc-client": c.clientId }, el("td", {}, c.clientId),
+    el("td", {}, c.type), el("td", {}, c.language + " " + c.version), el("td", {}, c.peer),
+    el("td", {}, c.group || (c.topics || []).join(", ") || "–"), el("td", {}, c.telemetry ? "open" : "–"),
+    num(c.idleSeconds)));
+  const requests = data.requests.map((r) => el("tr", { "data-grpc-rpc": r.rpc + "/" + r.code },
+    el("td", {}, r.rpc), el("td", {}, r.code), num(r.count)));
+  const m = data.messages || {};
+  replace("grpc", el("p", {}, "port " + data.port + " · sent " + fmt(m.sent || 0) + " · received " +
+    fmt(m.received || 0) + " · acked " + fmt(m.acked || 0) + " · refused by ACL " + fmt(m.authRefused || 0)),
+    clients.length ? table(["client", "type", "SDK", "address", "group / topics", "telemetry", "idle s"], clients)
+      : el("p", {}, "no client connected"),
+    requests.length ? table(["RPC", "status", "requests"], requests) : el("p", {}, "no request yet"));
+}
+
+// the latest metadata snapshot's commit-log position (records below it are covered; expiry keeps the rest)
+function snapshotCell(identity, snap) {
+  if (!snap) return el("td", { "data-snapshot": identity }, "–");
+  if (snap.logOffset < 0) return el("td", { "data-snapshot": identity }, "none yet");
+  return el("td", { class: "num", "data-snapshot": identity, title: new Date(snap.time).toISOString() },
+    fmt(snap.logOffset));
 }
 
 // ---- charts -----------------------------------------------------------------------------------------------
@@ -281,7 +339,9 @@ async function loadSession() {
 // ---- routing and polling ----------------------------------------------------------------------------------
 
 const LOADERS = {
-  overview: async () => { renderOverview(await api("/api/overview")); renderHistory(await api("/api/history")); },
+  overview: async () => {
+    renderOverview(await api("/api/overview")); renderHistory(await api("/api/history")); renderGrpc(await api("/api/grpc"));
+  },
   topics: async () => renderTopics(await api("/api/topics")),
   groups: async () => renderGroups(await api("/api/groups")),
   errors: async () => renderErrors(await api("/api/errors")),

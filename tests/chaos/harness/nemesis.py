@@ -29,6 +29,12 @@ diskfull       the target's store filesystem is filled (a tmpfs of ``tmpfs_mb``)
 Each executed fault records when it was in force (``applied`` .. ``healing``), the directed process pairs it
 cut (``cut``) and the deployment's replica state when it was applied (``state``): the minority and
 unavailability checks read them.
+
+With a ``probe`` (``probe.py``; runs with a broker workload), a fault whose checks need traffic in its window (a
+cut with a minority side, a delay) gets probe sends driven while it holds; a window that did not get them is healed
+and run again (``WINDOW_TRIES`` in all; then the fault is reported skipped, which fails a checked run). And a fault
+starts only once every broker set acknowledged a send after the previous fault's recovery (with a deadline), so a
+fault is never charged with the next one's unavailability.
 """
 
 from __future__ import annotations
@@ -42,11 +48,13 @@ from typing import Any
 from .deployments import Deployment, SingleContainer
 from .history import Crash, FaultEvent, History
 from .net import CLIENT, Blocker, Unsupported, partition
+from .probe import WindowProbe
 
 KINDS = ("kill", "pause", "powerloss", "isolate", "split", "oneway", "slow", "delay", "loss", "cut-ctl", "cut-peers",
          "diskfull")
 NET_KINDS = ("isolate", "split", "oneway", "slow", "delay", "loss", "cut-ctl", "cut-peers")
 DELAY_MS, JITTER_MS, LOSS = 100.0, 50.0, 0.05
+WINDOW_TRIES = 3  # a fault window without the traffic its checks need is run again, this many times in all
 CONTAINER_KINDS = ("cut-ctl", "cut-peers")  # a generated target that is no container becomes "container"
 
 
@@ -92,6 +100,8 @@ class Nemesis:
         self.log = log
         self.skipped: list[dict[str, Any]] = []
         self.restores: list[dict[str, Any]] = []
+        self.probe: WindowProbe | None = None
+        self.retried: list[dict[str, Any]] = []  # windows run again (they saw no traffic)
 
     def now(self) -> float:
         return time.monotonic() - self.t0
@@ -116,6 +126,7 @@ class Nemesis:
 
     async def run(self, schedule: list[Fault]) -> None:
         for f in sorted(schedule, key=lambda x: x.at):
+            await self.resumed()
             wait = f.at - self.now()
             if wait > 0:
                 await asyncio.sleep(wait)  # sleep-ok: the fault schedule itself
@@ -126,8 +137,26 @@ class Nemesis:
                 self.skipped.append({**f.to_json(), "reason": str(e)})
                 self.log(f"[nemesis] skipped {f.kind} {f.target}: {e}")
 
+    async def resumed(self) -> None:
+        """Before a fault: the previous one's recovery is over for the workload too (``probe.traffic_resumed``)."""
+        last = next((ev for ev in reversed(self.h.faults) if ev.ready is not None), None)
+        if self.probe is not None and last is not None and not await self.probe.traffic_resumed(last.ready or 0.0):
+            self.log(f"[nemesis] {self.now():7.2f}s traffic did not resume after {last.kind} {last.target}")
+
     async def one(self, f: Fault) -> None:
         name = await self.resolve(f.target)
+        for attempt in range(1, WINDOW_TRIES + 1):
+            if attempt > 1:
+                await self.resumed()
+            ev = await self.window(f, name)
+            if self.probe is None or self.probe.saw_traffic(ev):
+                return
+            self.retried.append({**f.to_json(), "resolved": name, "attempt": attempt, "applied": ev.applied})
+            self.log(f"[nemesis] {f.kind} {name}: its window saw no traffic for its checks; run again")
+        raise Unsupported(f"{f.kind} {name}: no window of {WINDOW_TRIES} got the traffic its checks need")
+
+    async def window(self, f: Fault, name: str) -> FaultEvent:
+        """Apply, hold (probing, when the fault's checks need traffic), heal, wait until ready."""
         ev = FaultEvent(f.kind, name, self.now(), detail=f.target)
         for n in self.dep.nodes:
             self.note_exit(n)
@@ -136,13 +165,23 @@ class Nemesis:
         ev.applied = self.now()
         self.h.faults.append(ev)
         self.log(f"[nemesis] {ev.start:7.2f}s {f.kind} {name} for {f.duration}s")
-        await asyncio.sleep(f.duration)  # sleep-ok: how long the fault holds (the schedule)
+        probing = None
+        if self.probe is not None and self.probe.needed(ev):
+            started = asyncio.Event()
+            probing = asyncio.ensure_future(self.probe.drive(ev, ev.applied + f.duration, started))
+            first = asyncio.ensure_future(started.wait())  # the first probe is out: the window has its traffic
+            await asyncio.wait([first, probing], timeout=f.duration, return_when=asyncio.FIRST_COMPLETED)
+            first.cancel()
+        await asyncio.sleep(max(0.0, ev.applied + f.duration - self.now()))  # sleep-ok: how long the fault holds
         ev.healing = self.now()
         await asyncio.to_thread(heal)
         ev.end = self.now()
         await self.dep.wait_ready()
         ev.ready = self.now()
+        if probing is not None:
+            await probing  # its last send ends within its timeout: the window's end
         self.log(f"[nemesis] {self.now():7.2f}s healed {f.kind} {name} (ready)")
+        return ev
 
     async def _replica_state(self) -> dict[str, Any]:
         try:

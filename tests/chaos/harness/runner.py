@@ -26,6 +26,7 @@ from .ha import HA_BROKER_DEFAULTS
 from .history import History
 from .nemesis import Fault, Nemesis, generate
 from .net import make_network
+from .probe import WindowProbe
 from .workload import RC_TOPIC, TOPIC, BrokerWorkload, WorkloadSpec, summarize
 
 
@@ -146,6 +147,7 @@ async def _run(spec: RunSpec, out: Path, log: Any) -> dict[str, Any]:
     return {"spec": spec.to_json(), "started": wall, "ok": checks["ok"] and error is None, "error": error,
             "summary": summarize(h),
             "checks": checks["checks"], "skipped_faults": nem.skipped if nem else [],
+            "retried_windows": nem.retried if nem else [],
             "power_loss_restores": nem.restores if nem else [], "history": h.to_json()}
 
 
@@ -169,6 +171,7 @@ async def _drive(spec: RunSpec, dep: Deployment, h: History, t0: float, nem: Nem
     if bw is not None:
         await bw.setup()
         bw.start()
+        nem.probe = WindowProbe(bw, h)  # fault windows whose checks need traffic get probe sends
         if spec.workload.real_client and realclient.available():
             bsets = list(dep.broker_sets())
             rc = realclient.RealProducer(dep.namesrv_addr() or "", bsets[0] if len(bsets) == 1 else "rc",

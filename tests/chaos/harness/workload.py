@@ -57,6 +57,7 @@ class BrokerWorkload:
         self.stop = asyncio.Event()
         self.tasks: list[asyncio.Task[None]] = []
         self.meta_seq = 0
+        self.probes = 0
 
     def now(self) -> float:
         return time.monotonic() - self.t0
@@ -151,6 +152,25 @@ class BrokerWorkload:
             snd.ok, snd.offset = True, int(r.ext.get("queueOffset", "-1"))
             snd.queue = int(r.ext.get("queueId", snd.queue))
         return snd.ok
+
+    async def master_addr(self, bset: str) -> str | None:
+        return await self.dep.master_addr(bset)
+
+    async def probe_send(self, addr: str, bset: str, timeout: float) -> Send:
+        """One recorded send of a new message straight to ``addr`` (the fault windows' probes: ``probe.py``)."""
+        self.probes += 1
+        producer, queue = f"probe{self.probes}", self.probes % self.spec.queues
+        snd = Send(message_id(producer, bset, queue, 0), bset, TOPIC, producer, 0, queue, self.now(), broker=addr)
+        self.h.sends.append(snd)
+        try:
+            r = await self.client.invoke(addr, self._send_cmd(snd), timeout)
+        except NET_ERRORS:
+            return snd  # outcome unknown (ret stays None)
+        snd.ret, snd.code = self.now(), r.code
+        if r.code == 0:
+            snd.ok, snd.offset = True, int(r.ext.get("queueOffset", "-1"))
+            snd.queue = int(r.ext.get("queueId", snd.queue))
+        return snd
 
     # ------------------------------------------------------------------ consumer
 

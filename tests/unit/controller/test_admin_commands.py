@@ -1,28 +1,19 @@
-"""mqadmin controller subcommands against a controller on the fake Raft."""
+"""mqadmin controller commands (RocketMQ 5's syntax and output) against a controller on the fake Raft."""
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import AsyncIterator
 
 import pytest
 
+from brokerd.admin.cli import arun_command
 from brokerd.remoting.codes import RequestCode as Q
 from brokerd.remoting.codes import ResponseCode as RC
-from controller.admin_commands import register
 from tests.unit.controller.harness import Harness, make_config
 
 
-def parse(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="mqadmin")
-    register(p.add_subparsers(dest="command", required=True))
-    return p.parse_args(argv)
-
-
 async def run(argv: list[str]) -> int:
-    args = parse(argv)
-    code: int = await args.handler(args)
-    return code
+    return await arun_command(argv)
 
 
 @pytest.fixture
@@ -41,32 +32,35 @@ async def h() -> AsyncIterator[Harness]:
 async def test_metadata_and_sync_state_set(h: Harness, capsys: pytest.CaptureFixture[str]) -> None:
     assert await run(["getControllerMetaData", "-a", h.addr]) == 0
     out = capsys.readouterr().out
-    assert "ControllerGroup\tg" in out and "ControllerLeaderId\tn0" in out and "#Peer:\tn1:127.0.0.1:19002" in out
+    assert "\n#ControllerGroup\tg\n#ControllerLeaderId\tn0\n" in out and "\n#Peer:\tn1:127.0.0.1:19002" in out
     assert await run(["getSyncStateSet", "-a", h.addr, "-b", "b,zz"]) == 0
     out = capsys.readouterr().out
-    assert "#MasterBrokerId\t1" in out and "#MasterEpoch\t1" in out and "brokerId=1, brokerAddress=h1:1" in out
+    assert "#MasterBrokerId\t1" in out and "#MasterEpoch\t1" in out and "brokerId=1, brokerAddress='h1:1'" in out
     assert "zz\t(unknown to the controller)" in out
     assert await run(["getSyncStateSet", "-a", h.addr]) == 1
 
 
 async def test_elect_and_clean(h: Harness, capsys: pytest.CaptureFixture[str]) -> None:
     # broker 2 is neither alive nor in the sync state set: a designated election must fail clearly
-    assert await run(["electMaster", "-a", h.addr, "-b", "b", "-i", "2", "-c", "c1"]) == 1
+    assert await run(["electMaster", "-a", h.addr, "-b", "2", "-bn", "b", "-c", "c1"]) == 1
     assert "2012" in capsys.readouterr().err
     h.srv.live.heartbeat("c1", "b", 2, "h2:1", 0, 0, 0, 1)
     h.srv.update_config({"enableElectUncleanMaster": "true"})
-    assert await run(["electMaster", "-a", h.addr, "-b", "b", "-i", "2", "-c", "c1"]) == 0
-    assert "#masterBrokerId\t2" in capsys.readouterr().out
-    assert await run(["cleanBrokerMetadata", "-a", h.addr, "-b", "b", "-n", "2", "-c", "c1"]) == 1  # alive
-    assert await run(["cleanBrokerMetadata", "-a", h.addr, "-b", "b", "-n", "1", "-c", "c1"]) == 0
+    assert await run(["electMaster", "-a", h.addr, "-b", "2", "-bn", "b", "-c", "c1"]) == 0
+    out = capsys.readouterr().out
+    assert "\n#ClusterName\tc1\n#BrokerName\tb\n#BrokerMasterAddr\th2:1\n#MasterEpoch\t" in out
+    assert await run(["cleanBrokerMetadata", "-a", h.addr, "-bn", "b", "-b", "2", "-c", "c1"]) == 1  # alive
+    assert await run(["cleanBrokerMetadata", "-a", h.addr, "-bn", "b", "-b", "1", "-c", "c1"]) == 0
+    assert "clear broker b metadata from controller success!" in capsys.readouterr().out
     assert set(h.sm.image.sets["b"].brokers) == {2}
-    assert await run(["cleanBrokerMetadata", "-a", h.addr, "-b", "b", "-l"]) == 0
+    assert await run(["cleanBrokerMetadata", "-a", h.addr, "-bn", "b", "-l"]) == 0
     assert "b" not in h.sm.image.sets
 
 
 async def test_config_commands(h: Harness, capsys: pytest.CaptureFixture[str]) -> None:
     assert await run(["updateControllerConfig", "-a", h.addr, "-k", "electMasterMaxRetryCount", "-v", "5"]) == 0
     assert h.srv.cfg.elect_master_max_retry_count == 5
+    assert f"update controller config success![{h.addr}]\nelectMasterMaxRetryCount : 5" in capsys.readouterr().out
     assert await run(["updateControllerConfig", "-a", h.addr, "-k", "controllerDLegerGroup", "-v", "x"]) == 1
     assert "controllerDLegerGroup" in capsys.readouterr().err
     assert await run(["getControllerConfig", "-a", h.addr]) == 0

@@ -135,3 +135,24 @@ def test_label_values_are_request_names() -> None:
     stats: Any = RequestStats()
     stats.observe(4242, 0.001, None)  # a code without a name is labelled by its number
     assert 'request="4242"' in scrape(stats)
+
+
+async def test_the_loop_monitors_stalls_and_collector_pauses_are_on_the_members_metrics() -> None:
+    from brokerd import loopmon
+    from controller.gcpolicy import GcPolicy
+
+    policy = GcPolicy(freeze_interval_s=60, full_interval_s=0)
+    policy.start()
+    try:
+        assert policy.monitor is loopmon.current() and policy.monitor is not None
+        bucket = 'controller_loop_stall_seconds_bucket{node="n0",le="+Inf"}'
+        before = int(lines_of(scrape(RequestStats()))[bucket])
+        policy.monitor.observe_stall(0.012)
+        got = lines_of(scrape(RequestStats()))
+        assert int(got[bucket]) == before + 1
+        assert float(got['controller_loop_stall_max_seconds{node="n0"}']) >= 0.012
+        assert 'controller_gc_pause_seconds_count{node="n0",generation="2"}' in got
+        assert int(got['controller_gc_frozen_objects{node="n0"}']) > 0
+    finally:
+        await policy.stop()
+    assert loopmon.current() is None  # the policy's stop ends the monitor it started

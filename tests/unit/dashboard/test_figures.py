@@ -78,6 +78,14 @@ def test_ha_view_of_a_master_with_a_lagging_slave() -> None:
                           "slaves": {"2": {"ack": 120, "state": "TRANSFER"}, "1": {"ack": 500, "state": "TRANSFER"}}})
     assert ha["syncStateSet"] == [0, 1] and ha["masterEpoch"] == 3 and ha["controllerLeader"] == "127.0.0.1:9878"
     assert [(s["id"], s["lagBytes"]) for s in ha["slaves"]] == [("1", 0), ("2", 380)]
+    assert ha["metadataSnapshot"] is None  # no incremental metadata sync
+
+
+def test_ha_view_shows_the_latest_metadata_snapshots_position() -> None:
+    snap = {"metadataSnapshotLogOffset": 65536, "metadataSnapshotTime": 1_700_000_000_000,
+            "metadataSnapshotsWritten": 2}
+    ha = figures.ha_view({"role": "MASTER", "incrementalSync": {"role": "MASTER", "snapshot": snap}})
+    assert ha["metadataSnapshot"] == {"logOffset": 65536, "time": 1_700_000_000_000}
 
 
 def test_overview_names_each_controller_leader_once() -> None:

@@ -25,7 +25,7 @@ from brokerd.ha.metasync import (
     parse_body,
     update_offset_request,
 )
-from brokerd.metadata import BrokerMetadata, SubscriptionGroupConfig, TopicConfig
+from brokerd.metadata import BrokerMetadata, MessageRequestMode, SubscriptionGroupConfig, TopicConfig
 from brokerd.remoting import ConnectionClosed, RemotingCommand, ResponseCode, request
 from tests.unit.metadata.helpers import make_broker
 
@@ -61,7 +61,8 @@ class FakeMaster:
             return cmd.response()
         docs = {21: m.topics.register_wrapper(), 43: m.offsets.all_json(), 45: m.delay_offsets.all_json(),
                 201: {"subscriptionGroupTable": {k: v.to_json() for k, v in m.subscriptions.all().items()},
-                      "dataVersion": m.subscriptions.data_version.to_json()}}
+                      "dataVersion": m.subscriptions.data_version.to_json()},
+                402: m.request_modes.rocketmq_json()}
         return cmd.response(body=orjson.dumps(docs[cmd.code]))
 
 
@@ -161,12 +162,32 @@ async def test_first_sync_installs_everything_then_nothing_until_the_master_chan
     seen: list[frozenset[str]] = []
     sync = new_sync(host, on_change=seen.append)
     assert await sync.sync_once()
-    assert outer.codes == [21, 43, 45, 201]  # RocketMQ's order; nothing pending to push
+    assert outer.codes == [21, 43, 45, 201, 402]  # RocketMQ's order; nothing pending to push
     assert slave.topics.get("T1") == master.topics.get("T1")
     assert slave.offsets.table() == master.offsets.table() and slave.delay_offsets.get(2) == 5
     assert slave.subscriptions.find("G1") == master.subscriptions.find("G1")
     assert not await sync.sync_once()
     assert len(seen) == 1 and sync.syncs == 2
+
+
+async def test_the_message_request_modes_reach_the_slave_and_follow_the_masters_changes(env: Any) -> None:
+    """mqadmin setConsumeMode on the master reaches a slave under the 4.x full sync (RocketMQ's
+    syncMessageRequestMode), removals too; a master that does not know 402 leaves the slave's modes alone."""
+    master, slave, outer, host = env
+    master.request_modes.set(MessageRequestMode("T1", "G1", "POP", 2))
+    master.request_modes.set(MessageRequestMode("T1", "G2", "POP"))
+    seen: list[frozenset[str]] = []
+    sync = new_sync(host, on_change=seen.append)
+    assert await sync.sync_once()
+    assert slave.request_modes.get("T1", "G1") == MessageRequestMode("T1", "G1", "POP", 2)
+    assert seen == [frozenset({"message_request_modes"})]
+    assert (Path(slave.config_dir) / "messageRequestMode.json").exists()  # persisted at once
+    master.request_modes.delete("T1", "G2")
+    assert await sync.sync_once()
+    assert slave.request_modes.get("T1", "G2") is None and slave.request_modes.get("T1", "G1") is not None
+    outer.refuse[402] = ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+    assert not await sync.sync_once() and sync.failures == 0
+    assert slave.request_modes.get("T1", "G1") is not None
 
 
 async def test_a_commit_during_the_offset_fetch_keeps_the_slaves_value(env: Any) -> None:

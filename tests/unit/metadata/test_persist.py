@@ -109,9 +109,9 @@ def test_fresh_directory_starts_empty_and_persist_all_writes_dirty_files_only(tm
     assert bm.persist_all() == 0
     bm.delay_offsets.update(1, 5)
     assert bm.persist_all() == 1
-    assert bm.persist_all(force=True) == 4
+    assert bm.persist_all(force=True) == 5
     assert sorted(p for p in os.listdir(tmp_path / "cfg") if not p.endswith(".bak")) == [
-        "consumerOffset.json", "delayOffset.json", "subscriptionGroup.json", "topics.json"]
+        "consumerOffset.json", "delayOffset.json", "messageRequestMode.json", "subscriptionGroup.json", "topics.json"]
 
 
 def test_prepare_persist_job_runs_off_loop_and_redirties_on_failure(tmp_path: Path,

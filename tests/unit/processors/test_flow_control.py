@@ -52,4 +52,19 @@ async def test_a_hold_ends_after_its_limit_even_while_sends_are_refused() -> Non
     deadline = asyncio.get_running_loop().time() + 5
     while not c.released and asyncio.get_running_loop().time() < deadline:
         await asyncio.sleep(HOLD_MAX_S / 2)  # sleep-ok: waiting for the hold's timer, with a deadline
-    assert c.released == 1 and adm.refusal(0.0) is not None
+    assert c.released == 1 and adm.refusal(0.0, 0.0) is not None
+
+
+async def test_a_connection_refused_for_its_sends_wait_is_not_held() -> None:
+    """Refused because they arrived waitTimeMillsInSendQueue ago: what follows in the socket is younger and is read
+    at once; refused because the queue is full: held."""
+    adm = admission(capacity=1)
+    flow = FlowControl(adm)
+    c = Conn()
+    assert adm.refusal(1.0, 0.7) is not None
+    flow.refused(c)
+    assert c.held == 0 and flow.holds == 0
+    adm.waiting(1, 1.0, 100)
+    assert adm.refusal(1.0, 1.0) is not None
+    flow.refused(c)
+    assert c.held == 1 and flow.holds == 1

@@ -99,14 +99,16 @@ async def test_prepared_and_rollback_messages_are_stored_but_not_consumable(make
     assert len(store.query_message("TopicA", "half", 10, 0, 2**62).buffers) == 1  # half messages stay queryable
 
 
-async def test_dispatch_listener_sees_each_consumable_message(make_store: StoreFactory) -> None:
+async def test_dispatch_listener_hears_each_consumable_put_and_a_batch_once_per_queue(make_store: StoreFactory) -> None:
     store = await make_store()
     seen: list[tuple[str, int, int, int]] = []
     store.add_dispatch_listener(lambda *a: seen.append(a))
     await store.put_message(make_msg(queue_id=2, tags="TagA"))
     await store.put_message(make_msg(queue_id=2, sys_flag=m.TRANSACTION_PREPARED_TYPE))
-    await store.put_messages([make_msg(queue_id=2), make_msg(queue_id=2)])
-    assert seen == [("TopicA", 2, 0, m.java_string_hash("TagA")), ("TopicA", 2, 1, 0), ("TopicA", 2, 2, 0)]
+    await store.put_messages([make_msg(queue_id=2), make_msg(queue_id=3, tags="TagB"), make_msg(queue_id=2)])
+    # a batch: each queue's newest entry, once (a listener hears "everything up to this offset landed")
+    assert seen == [("TopicA", 2, 0, m.java_string_hash("TagA")), ("TopicA", 2, 2, 0),
+                    ("TopicA", 3, 0, m.java_string_hash("TagB"))]
 
 
 async def test_schedule_topic_tags_code_is_the_deliver_timestamp(make_store: StoreFactory) -> None:
