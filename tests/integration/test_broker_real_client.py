@@ -8,6 +8,7 @@ import pathlib
 import orjson
 import pytest
 
+from brokerd.message import decode_records
 from tests.support import ClientRun, Cluster, received, rpc, wait_for
 
 pytestmark = pytest.mark.integration
@@ -122,6 +123,7 @@ def test_delay_level_message_not_delivered_before_its_delay(cluster: Cluster, tm
         assert d["topic"] == topic
 
 
+@pytest.mark.slow
 def test_failed_message_retried_then_dead_lettered(cluster: Cluster, tmp_path: pathlib.Path) -> None:
     topic, group = "T_retry", "G_retry"
     # the C++ client sends maxReconsumeTimes=16 with each send-back; retries use 1-2 s delay levels here
@@ -140,9 +142,10 @@ def test_failed_message_retried_then_dead_lettered(cluster: Cluster, tmp_path: p
 
         wait_for(lambda: dlq_count() >= 3, 90, "3 messages in the dead-letter queue")
         # This client hands a whole pulled batch to one callback loop that stops at the first failure, so a
-        # retry round may skip the callback for batch-mates; every message is still sent back each round.
+        # retry round may skip the callback for batch-mates (a message may even never reach it); every message
+        # is still sent back each round (the dead-letter queue's content is checked below).
         deliveries = consumer.received()
-        assert {d["props"]["seq"] for d in deliveries} == {"0", "1", "2"}
+        assert {d["props"]["seq"] for d in deliveries} <= {"0", "1", "2"}
         retried = [d for d in deliveries if d["reconsume_times"] > 0]
         assert retried and all(d["props"]["RETRY_TOPIC"] == topic and d["topic"] == topic for d in retried)
         assert max(d["reconsume_times"] for d in deliveries) == 16
@@ -152,7 +155,6 @@ def test_failed_message_retried_then_dead_lettered(cluster: Cluster, tmp_path: p
                                         "queueOffset": "0", "maxMsgNums": "32", "sysFlag": "4", "commitOffset": "0",
                                         "suspendTimeoutMillis": "0", "subscription": "*", "subVersion": "0"})
     assert r.code == 0
-    from brokerd.message import decode_records
 
     msgs = decode_records(r.body)
     assert sorted(m.properties["seq"] for m in msgs) == ["0", "1", "2"]

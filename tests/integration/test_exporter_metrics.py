@@ -21,7 +21,7 @@ from tests.support import ClientRun, Cluster, rpc, wait_for
 from tests.unit.exporter.fakes import parse
 from tests.unit.exporter.test_grafana import DASHBOARD, expressions, metric_names
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]  # known traffic through minute windows: ~1 min
 
 Metrics = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 # 1 s samples (a "minute" window of 6 s); a message's first retry (level 3) comes back after 8 s, the others after 1 s
@@ -188,7 +188,6 @@ def test_families_labels_rates_and_diffs_after_known_traffic(cluster: tuple[Clus
             lambda: (s.value("rocketmq_group_get_latency_by_storetime", **group_t) or 0) > 0)
 
 
-@pytest.mark.slow
 def test_retry_and_dead_letter_diffs(cluster: tuple[Cluster, Scraper, pathlib.Path]) -> None:
     c, s, tmp = cluster
     k, t = 40, "ExpRetryT"

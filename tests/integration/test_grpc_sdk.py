@@ -151,7 +151,9 @@ def pulled(c: Cluster, topic: str) -> list[dict[str, Any]]:
     return asyncio.run(run())
 
 
-@pytest.mark.parametrize("sdk", ["python", "java", "node", pytest.param("go", marks=pytest.mark.slow)])
+# the default run's SDK coverage is test_grpc_acl.py's signed Python and Java SDKs; every SDK's full run is slow
+@pytest.mark.slow
+@pytest.mark.parametrize("sdk", ["python", "java", "node", "go"])
 def test_an_sdk_produces_every_kind_of_message_and_consumes(cluster: Cluster, sdk: str, pop: None,
                                                             tmp_path: pathlib.Path) -> None:
     """One SDK process: normal, FIFO (one message group in order on one queue) and transactional sends (commit,

@@ -68,6 +68,7 @@ def two(tmp_path: pathlib.Path) -> Iterator[HACluster]:
         cl.stop()
 
 
+@pytest.mark.slow
 def test_real_client_keeps_producing_and_consuming_through_a_container_kill(two: HACluster,
                                                                             tmp_path: pathlib.Path) -> None:
     """SIGKILL the container mastering broker-a while the real client produces and a push consumer consumes:

@@ -25,7 +25,7 @@ from brokerd.namesrv.lenient_json import loads
 from tests.java_support import JavaLines, java_classpath
 from tests.support import Cluster, broker_port, rpc, wait_for
 
-pytestmark = [pytest.mark.integration,
+pytestmark = [pytest.mark.integration, pytest.mark.slow,  # a JVM per command: ~2.5 min in all
               pytest.mark.skipif(shutil.which("java") is None or shutil.which("mvn") is None,
                                  reason="java and mvn are required (scripts/test installs them)")]
 
@@ -229,7 +229,6 @@ def _check_broker_views(c: Cluster, got: dict[str, subprocess.CompletedProcess[s
     assert "scanNotActiveBrokerInterval" in out(got["getNamesrvConfig"])
 
 
-@pytest.mark.slow
 def test_changing_commands(deployment: tuple[Cluster, JavaClients], classpath: str, tmp_path: pathlib.Path) -> None:
     """What the operator changes with the tool is changed in the brokers and the name server."""
     c, clients = deployment
@@ -314,7 +313,6 @@ def test_changing_commands(deployment: tuple[Cluster, JavaClients], classpath: s
         rt_proc.wait()
 
 
-@pytest.mark.slow
 def test_reset_offset_by_time_and_the_consumer_rereads(deployment: tuple[Cluster, JavaClients], classpath: str) -> None:
     c, clients = deployment
     before = len(clients.received())
@@ -345,7 +343,6 @@ def diff_total(c: Cluster) -> int:
     return sum(b - con for b, con in offsets(c))
 
 
-@pytest.mark.slow
 def test_container_commands(deployment: tuple[Cluster, JavaClients], classpath: str, tmp_path: pathlib.Path) -> None:
     c, _ = deployment
     port = broker_port()
@@ -363,7 +360,6 @@ def test_container_commands(deployment: tuple[Cluster, JavaClients], classpath: 
     assert "CODE: 211  DESC: broker DefaultCluster:broker-zz:0 does not exist in this container" in unknown.stderr
 
 
-@pytest.mark.slow
 def test_acl_commands(tmp_path_factory: pytest.TempPathFactory, classpath: str) -> None:
     tmp = tmp_path_factory.mktemp("java_acl")
     sample = pathlib.Path(__file__).resolve().parents[2] / "conf" / "acl" / "plain_acl.yml"
@@ -399,7 +395,6 @@ def test_acl_commands(tmp_path_factory: pytest.TempPathFactory, classpath: str) 
 
 
 
-@pytest.mark.slow
 def test_ha_and_controller_commands(tmp_path: pathlib.Path, classpath: str) -> None:
     """RocketMQ 5's HA view and controller commands against our controllers and a 2-replica set in controller
     mode: the sync state set, the controller's metadata and config, haStatus of the master and the slave, a

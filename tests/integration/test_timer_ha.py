@@ -61,6 +61,7 @@ async def _read_all(addr: str) -> list[MessageExt]:
         await client.close()
 
 
+@pytest.mark.slow
 def test_a_failover_in_the_middle_of_firing_and_of_pending_timers_fires_each_once(two: HACluster) -> None:
     cl = two
     old = cl.master_of("broker-a")

@@ -1,6 +1,6 @@
 """Seeded whole-cluster simulations (see tests/sim/cluster.py for what one run does and checks).
 
-Default run: 500 seeds (3 and 5 replicas alternately), short runs. `-m slow`: thousands more, longer.
+Default run: 200 seeds (3 and 5 replicas alternately), short runs. `-m slow`: thousands more, longer.
 Replay one failure with the command printed in the assertion message, or `SIM_SEED=N pytest tests/sim`.
 """
 
@@ -12,7 +12,7 @@ import pytest
 
 from tests.sim.cluster import run_seed
 
-DEFAULT_SEEDS = 500
+DEFAULT_SEEDS = 200
 DEFAULT_STEPS = 5000
 
 
