@@ -10,6 +10,7 @@ import errno
 import json
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
 import structlog
 
@@ -38,6 +39,22 @@ from container.quota import DiskQuota
 __all__ = ["BrokerContainer", "BrokerSlot", "ContainerError"]
 
 log = structlog.get_logger("container")
+SLOW_STOP_S = 8.0  # a broker still stopping after this long: its tasks' stacks are logged (broker_stop_slow)
+
+
+def log_slow_stop(identity: str) -> None:
+    """What a broker's stop is waiting for: every pending asyncio task and where it is suspended."""
+    waiting = []
+    for task in asyncio.all_tasks():
+        chain: list[str] = []
+        coro: Any = task.get_coro()
+        while coro is not None and len(chain) < 8:  # the await chain, outermost first
+            frame = getattr(coro, "cr_frame", None)
+            if frame is not None:
+                chain.append(f"{frame.f_code.co_filename.rsplit('/', 2)[-1]}:{frame.f_lineno} {frame.f_code.co_name}")
+            coro = getattr(coro, "cr_await", None)
+        waiting.append(f"{task.get_name()}: {' -> '.join(chain)}")
+    log.warning("broker_stop_slow", broker=identity, seconds=SLOW_STOP_S, tasks=sorted(waiting))
 
 
 @dataclass
@@ -235,10 +252,14 @@ class BrokerContainer:
             if slot is None:
                 raise ContainerError(ResponseCode.BROKER_NOT_EXIST, f"broker {identity} does not exist in this container")
             # stop accepting and finish in-flight requests, then flush and close the store, unregister
-            slot.broker.pull.hold.wake_all()
-            for s in slot.servers:
-                await s.stop()
-            await slot.broker.shutdown()
+            watchdog = asyncio.get_running_loop().call_later(SLOW_STOP_S, log_slow_stop, identity)
+            try:
+                slot.broker.pull.hold.wake_all()
+                for s in slot.servers:
+                    await s.stop()
+                await slot.broker.shutdown()
+            finally:
+                watchdog.cancel()
             ROUTER.unregister(identity)
             if not self._stopping:
                 self._save_state()

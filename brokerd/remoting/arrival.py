@@ -20,6 +20,8 @@ The rule, per read of a connection (``ArrivalClock.before_read`` runs right befo
 * every frame a read completes gets that read's arrival.
 
 Where the kernel gives no stamp (no ``SO_TIMESTAMPNS``, a peek that fails) the arrival is when the read began.
+The kernel turns stamping on asynchronously when the host's first socket asks for it (and off when the last one
+closes): until then a buffer is stamped when it is read, which is the same fallback.
 """
 
 from __future__ import annotations

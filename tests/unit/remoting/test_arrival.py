@@ -51,9 +51,6 @@ async def test_a_request_that_waited_behind_a_busy_loop_carries_its_arrival() ->
     await srv.start()
     reader, writer = await asyncio.open_connection("127.0.0.1", srv.port)
     try:
-        # one round trip first: the server has accepted the connection (and stamps its segments) before the test
-        writer.write(encode(request(34, {})))
-        await reader.read(4096)
         loop = asyncio.get_running_loop()
         sent: list[float] = []
 
@@ -62,10 +59,16 @@ async def test_a_request_that_waited_behind_a_busy_loop_carries_its_arrival() ->
             writer.write(encode(request(34, {})))
             time.sleep(0.1)  # sleep-ok: the loop is held while the request waits, readable
 
-        loop.call_soon(send_then_block)
-        await reader.read(4096)
-        _, (arrived, handled) = seen
-        assert handled - arrived >= 0.095 and abs(arrived - sent[0]) < 0.01
+        # The kernel turns receive stamps on asynchronously (a work item) when the host's first socket asks for
+        # them; until then a read is stamped when it happens. So the request is sent again (at most 20 times)
+        # until one carries the time it became readable: a broker's sockets keep stamping on for good.
+        for _ in range(20):
+            loop.call_soon(send_then_block)
+            await reader.read(4096)
+            arrived, handled = seen[-1]
+            if handled - arrived >= 0.095:
+                break
+        assert handled - arrived >= 0.095 and abs(arrived - sent[-1]) < 0.01, (len(sent), arrived, handled)
     finally:
         writer.close()
         await srv.stop(grace=0.1)
