@@ -118,11 +118,17 @@ def start_slave(master: Cluster, tmp: pathlib.Path) -> Daemon:
     conf = write_broker_conf(tmp / "slave.conf", name="broker-a", port=port, store=tmp / "slave-store",
                              brokerRole="SLAVE", brokerId=1, flushDiskType="ASYNC_FLUSH")
     cconf = tmp / "slave-container.conf"
-    cconf.write_text(f"listenPort={free_port()}\nnamesrvAddr={master.namesrv}\nbrokerConfigPaths={conf}\n"
+    cconf.write_text(f"listenPort={free_port()}\nembeddedNamesrvEnable=false\nnamesrvAddr={master.namesrv}\n"
+                     f"brokerConfigPaths={conf}\n"
                      f"metricsPort=-1\ncontainerStateFile={tmp / 'slave-state.json'}\nlogsRoot={tmp / 'slave-logs'}\n")
     d = Daemon(container_cmd(cconf), tmp / "slave.log").start()
-    wait_for(lambda: can_connect(port), 30, "the slave's port")
-    wait_for(lambda: rpc(master.broker_addr(), 310, SEND, b"probe").code == 0, 60, "the master's sends acked by the slave")
+    try:
+        wait_for(lambda: can_connect(port), 30, "the slave's port")
+        wait_for(lambda: rpc(master.broker_addr(), 310, SEND, b"probe").code == 0, 60,
+                 "the master's sends acked by the slave")
+    except BaseException:
+        d.stop()
+        raise
     return d
 
 
