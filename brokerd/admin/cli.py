@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -213,7 +214,17 @@ def run_command(argv: Sequence[str], out: TextIO | None = None) -> int:
         return 130
 
 
+def _interrupted(signum: int, frame: object) -> None:
+    """Ctrl-C / SIGINT ends the tool at once, as RocketMQ's JVM does: what was printed is flushed, exit 130 (a
+    repeating command such as clusterRT or statsAll -i runs until then)."""
+    try:
+        sys.stdout.flush()
+    finally:
+        os._exit(130)
+
+
 def main(argv: list[str] | None = None) -> int:
+    signal.signal(signal.SIGINT, _interrupted)
     return run_command(sys.argv[1:] if argv is None else argv)
 
 

@@ -21,7 +21,9 @@ The rule, per read of a connection (``ArrivalClock.before_read`` runs right befo
 
 Where the kernel gives no stamp (no ``SO_TIMESTAMPNS``, a peek that fails) the arrival is when the read began.
 The kernel turns stamping on asynchronously when the host's first socket asks for it (and off when the last one
-closes): until then a buffer is stamped when it is read, which is the same fallback.
+closes): until then a buffer is stamped when it is read, which is the same fallback. So a server asks for stamps
+on its listening socket when it starts (``stamp_listener``): stamping is on before its first connection arrives,
+and every connection it accepts inherits the option.
 """
 
 from __future__ import annotations
@@ -38,6 +40,20 @@ _PEEK = socket.MSG_PEEK | socket.MSG_DONTWAIT
 _TIMESPEC = struct.Struct("qq")
 _monotonic = time.monotonic
 _realtime = time.time
+
+
+def stamp_listener(fd: int) -> bool:
+    """Ask for receive stamps on a listening socket (``fd``: not owned); False where the kernel has none."""
+    if SO_TIMESTAMPNS is None:
+        return False
+    sock = socket.socket(fileno=os.dup(fd))
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        return True
+    except OSError:
+        return False
+    finally:
+        sock.close()
 
 
 class ArrivalClock:

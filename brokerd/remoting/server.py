@@ -6,6 +6,7 @@ import asyncio
 
 import structlog
 
+from brokerd.remoting.arrival import stamp_listener
 from brokerd.remoting.connection import Connection, Dispatcher
 
 log = structlog.get_logger("remoting")
@@ -31,6 +32,8 @@ class RemotingServer:
         self._server = await loop.create_server(
             self._make_protocol, self.host, self.requested_port, reuse_address=True, backlog=1024
         )
+        for sock in self._server.sockets:  # stamping on before the first connection arrives (arrival.py)
+            stamp_listener(sock.fileno())
         log.info("remoting_server_listening", server=self.name, port=self.port)
 
     @property

@@ -138,6 +138,7 @@ def test_cluster_rt_prints_a_row_per_broker_each_interval(cluster: Cluster, mq: 
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(30)
+    assert proc.returncode == 130  # Ctrl-C ends it at once
     assert lines[0].split() == ["#Cluster", "Name", "#Broker", "Name", "#RT", "#successCount", "#failCount"]
     assert [ln.split()[:2] for ln in lines[1:]] == [["DefaultCluster", "broker-a"], ["DefaultCluster", "broker-b"]]
     assert all(ln.split()[3:] == ["3", "0"] for ln in lines[1:])

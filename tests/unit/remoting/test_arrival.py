@@ -8,7 +8,7 @@ import socket
 import time
 from typing import Any
 
-from brokerd.remoting import Connection, Dispatcher, RemotingCommand, RemotingServer, encode, request
+from brokerd.remoting import Connection, Dispatcher, RemotingCommand, RemotingServer, arrival, encode, request
 from brokerd.remoting.arrival import ArrivalClock
 from brokerd.remoting.connection import loop_turns
 
@@ -127,3 +127,16 @@ async def test_reads_past_the_turns_budget_are_kept_with_their_arrival_and_order
         await asyncio.sleep(0)  # sleep-ok: the loop's next turns handle the kept reads
     assert seen[1:] == [("b1", arrived_b1), ("a2", arrived_a2)]  # in turn, with the arrival of their read
     assert a.backlog == b.backlog == 0
+
+
+def test_a_stamped_listener_hands_its_stamps_to_every_connection_it_accepts() -> None:
+    """Stamping is asked for on the listening socket, so it is on (the kernel's switch flipped) before any
+    connection arrives, and an accepted socket stamps its first segment already."""
+    with socket.socket() as listener, socket.socket() as client:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        assert arrival.stamp_listener(listener.fileno())
+        client.connect(listener.getsockname())
+        conn, _ = listener.accept()
+        with conn:
+            assert conn.getsockopt(socket.SOL_SOCKET, arrival.SO_TIMESTAMPNS) == 1
