@@ -10,6 +10,7 @@ import random
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -306,6 +307,24 @@ class Cluster:
 
     def client_env(self, **kw: Any) -> dict[str, Any]:
         return {"NAMESRV": self.namesrv, **kw}
+
+
+def kernel_stamps_live() -> bool:
+    """Whether the kernel stamps received packets when they arrive. It turns stamping on asynchronously (a work item)
+    when the host's first stamped socket asks for it: until then a packet is stamped when it is read. A datagram is
+    read 20 ms after it was sent: a stamp from its arrival is that much older than the read."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as rx, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx:
+        rx.bind(("127.0.0.1", 0))
+        rx.setsockopt(socket.SOL_SOCKET, 35, 1)  # SO_TIMESTAMPNS
+        tx.sendto(b"x", rx.getsockname())
+        sent = time.time()
+        time.sleep(0.02)  # sleep-ok: the probe's own delay between arrival and read
+        _, anc, _, _ = rx.recvmsg(1, socket.CMSG_SPACE(16))
+    for level, kind, raw in anc:
+        if level == socket.SOL_SOCKET and kind == 35 and len(raw) >= 16:
+            sec, nsec = struct.unpack_from("qq", raw)
+            return sec + nsec * 1e-9 < sent + 0.01
+    return False
 
 
 ACL_SAMPLE = ROOT / "conf" / "acl" / "plain_acl.yml"

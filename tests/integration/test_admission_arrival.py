@@ -23,7 +23,7 @@ from brokerd.remoting import RemotingClient, RemotingCommand, RemotingServer, en
 from brokerd.remoting.codec import FrameDecoder
 from brokerd.remoting.codes import ResponseCode
 from brokerd.remoting.connection import Connection
-from tests.support import DiskFault
+from tests.support import DiskFault, kernel_stamps_live
 
 WAIT_MS = 1000
 LANES = [pytest.param(True, id="lane", marks=pytest.mark.skipif(native is None, reason="no C lane")),
@@ -50,6 +50,10 @@ async def broker(root: Path, lane: bool, **cfg: Any) -> AsyncIterator[tuple[Brok
         b.dispatcher.lane = None
     srv = RemotingServer(b.dispatcher, "127.0.0.1", 0)
     await srv.start()
+    deadline = time.monotonic() + 10  # the listener asked for stamps: on once the kernel's work item has run
+    while not kernel_stamps_live():
+        assert time.monotonic() < deadline, "the kernel never stamped received packets"
+        await asyncio.sleep(0.01)  # sleep-ok: polling the kernel's switch, with a deadline
     try:
         yield b, srv
     finally:
