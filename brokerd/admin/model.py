@@ -13,6 +13,7 @@ from typing import Any
 from brokerd.admin.javafmt import java_hash_order, java_int32
 from brokerd.admin.jsonx import loads, object_key
 from brokerd.message.javahash import java_string_hash
+from brokerd.namesrv.routeinfo import QueueData
 
 MASTER_ID = 0
 
@@ -117,22 +118,10 @@ class BrokerData:
         return cls(str(d.get("cluster") or ""), str(d.get("brokerName") or ""), addrs)
 
 
-@dataclass
-class QueueData:
-    broker_name: str
-    read_queue_nums: int
-    write_queue_nums: int
-    perm: int
-    topic_sys_flag: int = 0
-
-    def to_json(self) -> dict[str, Any]:
-        return {"brokerName": self.broker_name, "perm": self.perm, "readQueueNums": self.read_queue_nums,
-                "topicSysFlag": self.topic_sys_flag, "writeQueueNums": self.write_queue_nums}
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> QueueData:
-        return cls(str(d.get("brokerName") or ""), _int(d.get("readQueueNums")), _int(d.get("writeQueueNums")),
-                   _int(d.get("perm"), 6), _int(d.get("topicSysFlag")))
+def _queue_data(d: Mapping[str, Any]) -> QueueData:
+    """A route's queue data as the name server writes it (fastjson), read leniently."""
+    return QueueData(str(d.get("brokerName") or ""), _int(d.get("readQueueNums")), _int(d.get("writeQueueNums")),
+                     _int(d.get("perm"), 6), _int(d.get("topicSysFlag")))
 
 
 @dataclass
@@ -175,7 +164,7 @@ class TopicRoute:
 
     @classmethod
     def from_json(cls, d: Mapping[Any, Any]) -> TopicRoute:
-        return cls([QueueData.from_json(q) for q in d.get("queueDatas") or []],
+        return cls([_queue_data(q) for q in d.get("queueDatas") or []],
                    [BrokerData.from_json(b) for b in d.get("brokerDatas") or []], d.get("orderTopicConf"), dict(d))
 
 
