@@ -153,7 +153,8 @@ class PopMessageProcessor:
             answer = self._answer(cmd, req, out)
             if not out.deferred:
                 return answer
-            self.service.wait_written(self, (conn, answer))
+            if not cmd.is_oneway:  # a oneway pop is never answered (its checkpoints are written all the same)
+                self.service.wait_written(self, (conn, answer))
             return None
         if h.poll_time <= 0 or now_ms() >= h.born_time + h.poll_time:
             return self._timeout(cmd, h, req, out)

@@ -171,8 +171,11 @@ def runs(offsets: Sequence[int], base: int) -> list[int]:
     out: list[int] = []
     if not offsets:
         return out
+    first, n = offsets[0], len(offsets)
+    if offsets[-1] - first == n - 1 and (n < 3 or tuple(offsets) == tuple(range(first, first + n))):
+        return [first - base, n]  # one run: what a pop of consecutive messages hands out
     end = base
-    first = prev = offsets[0]
+    prev = first
     for o in offsets[1:]:
         if o == prev + 1:
             prev = o

@@ -7,6 +7,8 @@ subprocesses returning their one-line JSON reports.
   open loop.
 * ``build/mqconsume`` (scripts/bench/consume.c): a pull consumer (long polling, one pull in flight per queue) for
   consume throughput and end-to-end latency.
+* ``build/mqpop`` (scripts/bench/pop.c): a POP consumer (queueId -1, pops in flight per connection, each answer
+  acknowledged at once by one BATCH_ACK or one ACK per message).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from scripts.bench import shapes
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BENCH = ROOT / "scripts" / "bench"
-BINARIES = {"mqgen": BENCH / "gen.c", "mqconsume": BENCH / "consume.c"}
+BINARIES = {"mqgen": BENCH / "gen.c", "mqconsume": BENCH / "consume.c", "mqpop": BENCH / "pop.c"}
 
 
 def build(name: str = "mqgen") -> pathlib.Path | None:
@@ -109,3 +111,12 @@ def consume(addr: str, topic: str, start: list[int], **kw: object) -> dict[str, 
     """Run the consumer to completion (see ``consume_command``)."""
     timeout = float(kw.get("timeout", 600))  # type: ignore[arg-type]
     return _run(consume_command(addr, topic, start, **kw), timeout + 60)  # type: ignore[arg-type]
+
+
+def pop(addr: str, topic: str, total: int, *, group: str = "bench_pop", broker: str = "broker-a", conns: int = 1,
+        inflight: int = 8, max_msgs: int = 32, ack: str = "batch", timeout: float = 600) -> dict[str, object]:
+    """Run the POP consumer until ``total`` messages are acknowledged (see pop.c)."""
+    cmd = [_exe("mqpop"), "--addr", addr, "--topic", topic, "--total", str(total), "--group", group, "--broker", broker,
+           "--conns", str(conns), "--inflight", str(inflight), "--max-msgs", str(max_msgs), "--ack", ack,
+           "--timeout", str(timeout)]  # fmt: skip
+    return _run(cmd, timeout + 60)

@@ -1,10 +1,12 @@
 """The compiled benchmark clients against a real broker. The load generator (scripts/bench/gen.c): every send it
 reports acknowledged is stored (the broker's max offsets add up to its count), each with its own UNIQ_KEY, the
 stored messages look like the ones the Python generator (loadgen.py, json_uniq shape) sends, and every send
-shape's frames are acknowledged. The consumer (scripts/bench/consume.c) gets what its subscription selects."""
+shape's frames are acknowledged. The consumer (scripts/bench/consume.c) gets what its subscription selects; the POP
+consumer (scripts/bench/pop.c) acknowledges every message once."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import pathlib
 import shutil
@@ -17,6 +19,7 @@ import pytest
 from brokerd.message import decode_records
 from scripts.bench import cgen
 from scripts.bench.shapes import SHAPES, capture_shapes, heartbeat_frame
+from tests.pop_client import PopClient
 from tests.support import Cluster, rpc
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -147,3 +150,31 @@ def test_the_compiled_consumer_gets_what_its_subscription_selects(tmp_path: path
         assert got["msgs"] == 400  # no heartbeat: the subscription travels with each pull
     finally:
         c.stop()
+
+
+def test_the_compiled_pop_consumer_acknowledges_every_message_once(tmp_path: pathlib.Path) -> None:
+    """mqpop (scripts/bench/pop.c) with one BATCH_ACK per answer and with one ACK per message: every message of the
+    topic popped and acknowledged (each answer's records match its offsets), and the group has nothing left in
+    flight: a later pop of the group finds no message."""
+    c = Cluster(tmp_path, brokers=1).start()
+    try:
+        addr = c.broker_addr()
+        create_topic(addr, "CPop")
+        assert cgen.run(addr, "CPop", timeout=60, conns=2, inflight=16, total=2000, body=64, queues=QUEUES)["acked"] == 2000
+        for ack, conns, inflight in (("batch", 1, 8), ("batch", 8, 1), ("single", 2, 4)):
+            group = f"cpop_{ack}_{conns}"
+            r = cgen.pop(addr, "CPop", 2000, group=group, conns=conns, inflight=inflight, ack=ack, timeout=60)
+            assert r["msgs"] == r["popped"] == 2000 and r["errors"] == 0 and r["timed_out"] is False, r
+            assert r["ack_requests"] == (2000 if ack == "single" else r["found"]), r
+            left = asyncio.run(pop_once(addr, group))
+            assert left.code != 0 and not left.msgs, (ack, left.code)
+    finally:
+        c.stop()
+
+
+async def pop_once(addr: str, group: str) -> Any:
+    cli = PopClient(addr, group)
+    try:
+        return await cli.pop("CPop", 32, invisible=60_000)
+    finally:
+        await cli.close()

@@ -17,7 +17,8 @@ import orjson
 import pytest
 
 from brokerd.message import POP_CK, MessageExt, decode_records
-from brokerd.remoting import RemotingClient, request
+from brokerd.remoting import RemotingClient, RemotingCommand, request
+from brokerd.remoting.codec import decode_payload, encode
 from tests.integration.helpers.pop_workload import Seen, consume
 from tests.pop_client import ACK, CHANGE, POP, PopClient, send_request
 from tests.support import Cluster, arpc
@@ -253,6 +254,40 @@ async def test_bad_input_gets_clear_codes_and_the_connection_keeps_serving(clust
         assert (await c.call(send_request(topic, b"after"))).code == 0
     finally:
         await cli.close()
+
+
+async def test_a_oneway_pop_is_never_answered(cluster: Cluster) -> None:
+    """A POP sent oneway pops (its messages come back after the invisible time) but writes no answer: the next
+    frame the connection gets is the answer to the request after it."""
+    addr, topic, group = cluster.broker_addr(), "T_pop_oneway", "G_pop_oneway"
+    await make_topic(addr, topic)
+    c = PopClient(addr, group)
+    try:
+        await send_all(c, topic, 1)
+    finally:
+        await c.close()
+    host, port = addr.rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        pop = request(POP, {"consumerGroup": group, "topic": topic, "queueId": "-1", "maxMsgNums": "1",
+                            "invisibleTime": "1000", "pollTime": "0", "bornTime": str(int(time.time() * 1000)),
+                            "initMode": "0"}, oneway=True)  # fmt: skip
+        pop.opaque = 7001
+        after = request(14, {"consumerGroup": group, "topic": topic, "queueId": "0"})
+        after.opaque = 7002
+        writer.write(encode(pop) + encode(after))
+        got = [await next_frame(reader)]
+        after.opaque = 7003  # sent once 7002 is answered: a pop answer would have been written before it
+        writer.write(encode(after))
+        got.append(await next_frame(reader))
+        assert [f.opaque for f in got] == [7002, 7003], [(f.opaque, f.code) for f in got]
+    finally:
+        writer.close()
+
+
+async def next_frame(reader: asyncio.StreamReader) -> RemotingCommand:
+    size = int.from_bytes(await asyncio.wait_for(reader.readexactly(4), 10), "big")
+    return decode_payload(await asyncio.wait_for(reader.readexactly(size), 10))
 
 
 def test_unknown_group_is_refused_without_auto_create(tmp_path: Path) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import msgpack
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from brokerd.pop.records import (
@@ -38,6 +38,9 @@ def test_an_ops_record_carries_every_operation_in_order_and_names_each_group_and
 
 
 @given(st.lists(st.integers(-50, 5000), max_size=64), st.integers(-100, 100))
+@example([0, 2, 1, 3], 0).via("a permutation spanning a run's width")
+@example([7, 7], 3).via("a repeat")
+@example(list(range(10, 42)), 10).via("one run")
 def test_runs_keep_any_offsets_exactly(offsets: list[int], base: int) -> None:
     assert offsets_of(runs(offsets, base), base) == tuple(offsets)
 
