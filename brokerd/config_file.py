@@ -17,6 +17,22 @@ class ConfigError(ValueError):
     """An invalid configuration value; the message names the key."""
 
 
+class BlacklistedKey(ConfigError):
+    """A runtime config update naming a key of the config black list (RocketMQ answers NO_PERMISSION)."""
+
+
+def config_update(body: bytes, blacklist: frozenset[str]) -> dict[str, str]:
+    """An UPDATE_BROKER_CONFIG / UPDATE_NAMESRV_CONFIG body (``key=value`` lines) as properties: ConfigError when
+    it holds none, BlacklistedKey naming the first black-listed key it sets."""
+    props = parse_properties(body.decode("utf-8", "replace"))
+    if not props:
+        raise ConfigError("string2Properties error")
+    bad = sorted(set(props) & blacklist)
+    if bad:
+        raise BlacklistedKey(f"Can not update config in black list: {bad[0]}")
+    return props
+
+
 def parse_properties(text: str) -> dict[str, str]:
     """Parse Java Properties text: `#`/`!` comments, `key=value`, `key: value` or `key value`, trimmed.
     A trailing backslash continues the line."""

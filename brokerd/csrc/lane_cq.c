@@ -5,18 +5,19 @@
  * Anything else (a new file, more reserved space, a hole before the first file, a first put's creating callable)
  * is the Python call. */
 #include "lane.h"
+#include "cq_attrs.h"
 
-static PyObject *s_files, *s_base, *s_size, *s_reserved, *s_mm, *s_max_offset;
+PyObject *cq_files, *cq_base, *cq_size, *cq_reserved, *cq_mm, *cq_max_offset;  /* cq_attrs.h */
 
-static int intern_names(void) {
-    if (s_files != NULL) return 0;
-    s_files = PyUnicode_InternFromString("files");
-    s_base = PyUnicode_InternFromString("base");
-    s_size = PyUnicode_InternFromString("size");
-    s_reserved = PyUnicode_InternFromString("reserved");
-    s_mm = PyUnicode_InternFromString("mm");
-    s_max_offset = PyUnicode_InternFromString("max_offset");
-    return s_files && s_base && s_size && s_reserved && s_mm && s_max_offset ? 0 : -1;
+int cq_intern_names(void) {
+    if (cq_files != NULL) return 0;
+    cq_files = PyUnicode_InternFromString("files");
+    cq_base = PyUnicode_InternFromString("base");
+    cq_size = PyUnicode_InternFromString("size");
+    cq_reserved = PyUnicode_InternFromString("reserved");
+    cq_mm = PyUnicode_InternFromString("mm");
+    cq_max_offset = PyUnicode_InternFromString("max_offset");
+    return cq_files && cq_base && cq_size && cq_reserved && cq_mm && cq_max_offset ? 0 : -1;
 }
 
 static int attr_ll_i(PyObject *o, PyObject *name, long long *v) {  /* attr_ll with an interned name */
@@ -29,20 +30,20 @@ static int attr_ll_i(PyObject *o, PyObject *name, long long *v) {  /* attr_ll wi
 
 /* 1 written, 0 the Python put must do it, -1 an exception. */
 static int put_fast(PyObject *cq, long long qoff, long long phys, long long size, long long tags) {
-    if (intern_names()) return -1;
-    PyObject *files = PyObject_GetAttr(cq, s_files);
+    if (cq_intern_names()) return -1;
+    PyObject *files = PyObject_GetAttr(cq, cq_files);
     if (files == NULL) return -1;
     int r = 0;
     if (PyList_Check(files) && PyList_GET_SIZE(files) > 0) {
         PyObject *f = PyList_GET_ITEM(files, PyList_GET_SIZE(files) - 1);
         long long base, fsize, reserved, max_offset;
-        if (attr_ll_i(f, s_base, &base) || attr_ll_i(f, s_size, &fsize) || attr_ll_i(f, s_reserved, &reserved) ||
-            attr_ll_i(cq, s_max_offset, &max_offset)) {
+        if (attr_ll_i(f, cq_base, &base) || attr_ll_i(f, cq_size, &fsize) || attr_ll_i(f, cq_reserved, &reserved) ||
+            attr_ll_i(cq, cq_max_offset, &max_offset)) {
             r = -1;
         } else {
             long long byte_pos = qoff * 20, pos = byte_pos - base;
             if (qoff >= 0 && pos >= 0 && byte_pos < base + fsize && pos + 20 <= reserved) {
-                PyObject *mm = PyObject_GetAttr(f, s_mm);
+                PyObject *mm = PyObject_GetAttr(f, cq_mm);
                 Py_buffer b;
                 if (mm == NULL || PyObject_GetBuffer(mm, &b, PyBUF_WRITABLE) < 0) {
                     r = -1;
@@ -59,7 +60,7 @@ static int put_fast(PyObject *cq, long long qoff, long long phys, long long size
                 Py_XDECREF(mm);
                 if (r == 1 && qoff >= max_offset) {
                     PyObject *m = PyLong_FromLongLong(qoff + 1);
-                    if (m == NULL || PyObject_SetAttr(cq, s_max_offset, m) < 0) r = -1;
+                    if (m == NULL || PyObject_SetAttr(cq, cq_max_offset, m) < 0) r = -1;
                     Py_XDECREF(m);
                 }
             }

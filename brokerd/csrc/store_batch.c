@@ -18,6 +18,7 @@
  * the whole batch to Python (RUN_PYTHON and why); its results are the same. Reading and checking a message is
  * store_batch_prep.c's (store_batch.h). */
 #include "store_batch.h"
+#include "cq_attrs.h"
 
 #include <errno.h>
 #include <structmember.h>
@@ -40,19 +41,6 @@ typedef struct {  /* one run's state */
     long long end, dispatched_end;
     PyObject *dispatch_error, *write_error;
 } Run;
-
-static PyObject *s_files, *s_base, *s_size, *s_reserved, *s_mm, *s_max_offset;
-
-static int intern_names(void) {
-    if (s_files != NULL) return 0;
-    s_files = PyUnicode_InternFromString("files");
-    s_base = PyUnicode_InternFromString("base");
-    s_size = PyUnicode_InternFromString("size");
-    s_reserved = PyUnicode_InternFromString("reserved");
-    s_mm = PyUnicode_InternFromString("mm");
-    s_max_offset = PyUnicode_InternFromString("max_offset");
-    return s_files && s_base && s_size && s_reserved && s_mm && s_max_offset ? 0 : -1;
-}
 
 /* ---------------------------------------------------------------- the run's queues */
 
@@ -85,12 +73,12 @@ static int queue_slot(Appender *a, Run *run, Rec *r) {
 
 /* The queue's file taken for direct writes (1), not (0: its put decides), -1 an exception. */
 static int cq_take(Queue *q) {
-    PyObject *files = PyObject_GetAttr(q->cq, s_files);
+    PyObject *files = PyObject_GetAttr(q->cq, cq_files);
     if (files == NULL) return -1;
     int r = 0;
     if (PyList_Check(files) && PyList_GET_SIZE(files) > 0) {
         PyObject *f = PyList_GET_ITEM(files, PyList_GET_SIZE(files) - 1), *mm;
-        PyObject *owner[4] = {f, f, f, q->cq}, *name[4] = {s_base, s_size, s_reserved, s_max_offset};
+        PyObject *owner[4] = {f, f, f, q->cq}, *name[4] = {cq_base, cq_size, cq_reserved, cq_max_offset};
         long long *dst[4] = {&q->base, &q->fsize, &q->reserved, &q->max_offset};
         r = 1;
         for (int i = 0; i < 4 && r == 1; i++) {
@@ -99,7 +87,7 @@ static int cq_take(Queue *q) {
             Py_XDECREF(v);
         }
         if (r == 1) {
-            mm = PyObject_GetAttr(f, s_mm);
+            mm = PyObject_GetAttr(f, cq_mm);
             if (mm == NULL || PyObject_GetBuffer(mm, &q->buf, PyBUF_WRITABLE) < 0) r = -1;
             Py_XDECREF(mm);
         }
@@ -117,7 +105,7 @@ static int cq_settle(Queue *q) {
     PyBuffer_Release(&q->buf);
     if (!q->max_dirty) return 0;
     PyObject *m = PyLong_FromLongLong(q->max_offset);
-    int r = m == NULL ? -1 : PyObject_SetAttr(q->cq, s_max_offset, m);
+    int r = m == NULL ? -1 : PyObject_SetAttr(q->cq, cq_max_offset, m);
     Py_XDECREF(m);
     return r;
 }
@@ -381,7 +369,7 @@ static PyObject *Appender_run(Appender *a, PyObject *const *args, Py_ssize_t nar
         PyErr_SetString(PyExc_TypeError, "run(msgs, start, ts, next_qoff, queues, fd, base, wrote, size, dispatch)");
         return NULL;
     }
-    if (intern_names()) return NULL;
+    if (cq_intern_names()) return NULL;
     Run run = {0};
     Py_ssize_t start = PyLong_AsSsize_t(args[1]);
     run.ts = PyLong_AsLongLong(args[2]);

@@ -7,7 +7,7 @@ from typing import Final
 
 import structlog
 
-from brokerd.config_file import ConfigError, parse_properties
+from brokerd.config_file import BlacklistedKey, ConfigError, config_update
 from brokerd.namesrv.body import dumps
 from brokerd.namesrv.context import NamesrvContext
 from brokerd.remoting.codes import RequestCode, ResponseCode
@@ -37,16 +37,12 @@ class AdminProcessors:
         SYSTEM_ERROR naming it; nothing is changed then."""
         if not cmd.body:
             return cmd.response()
-        props = parse_properties(cmd.body.decode("utf-8", "replace"))
-        if not props:
-            return cmd.response(ResponseCode.SYSTEM_ERROR, "string2Properties error")
-        bad = sorted(set(props) & CONFIG_BLACKLIST)
-        if bad:
-            return cmd.response(ResponseCode.NO_PERMISSION, f"Can not update config in black list: {bad[0]}")
         try:
+            props = config_update(cmd.body, CONFIG_BLACKLIST)
             self.ctx.update_config(props)
         except ConfigError as e:
-            return cmd.response(ResponseCode.SYSTEM_ERROR, str(e))
+            code = ResponseCode.NO_PERMISSION if isinstance(e, BlacklistedKey) else ResponseCode.SYSTEM_ERROR
+            return cmd.response(code, str(e))
         log.info("namesrv_config_updated", keys=sorted(props), remote=conn.remote_addr[0])
         return cmd.response()
 

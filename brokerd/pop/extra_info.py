@@ -163,9 +163,9 @@ class PopInfo:
     orders: list[str] = field(default_factory=list)
 
     def add_queue(self, topic: str, queue_id: int, start_offset: int, offsets: list[int]) -> None:
-        mark = topic_mark(topic)
-        self.start.append(f"{mark}{SEP}{queue_id}{SEP}{start_offset}")
-        self.msgs.append(f"{mark}{SEP}{queue_id}{SEP}{','.join(map(str, offsets))}")
+        head = f"{topic_mark(topic)}{SEP}{queue_id}{SEP}"
+        self.start.append(f"{head}{start_offset}")
+        self.msgs.append(head + ("%d," * len(offsets) % tuple(offsets))[:-1])  # the offsets joined by ','; fast
 
     def add_order_counts(self, topic: str, queue_id: int, counts: dict[int, int]) -> None:
         """ConsumerOrderInfoManager.update: each popped offset's previous deliveries, then the queue's minimum
@@ -219,7 +219,10 @@ class BatchAck:
 
     @property
     def offsets(self) -> list[int]:
-        return [self.start_offset + i for i in self.bits]
+        bits, start = self.bits, self.start_offset
+        if bits and bits[-1] == len(bits) - 1:  # bits 0..k-1 (ascending, distinct): one run
+            return list(range(start, start + len(bits)))
+        return [start + i for i in bits]
 
 
 def _pick(d: dict[str, Any], short: str, long: str) -> Any:
@@ -263,6 +266,9 @@ _BITS: Final = tuple(tuple(b for b in range(8) if n >> b & 1) for n in range(256
 def parse_batch_ack(d: Any) -> BatchAck:
     if not isinstance(d, dict):
         raise ExtraInfoError("batch ack: an entry must be an object")
+    fast = _short_batch_ack(d)
+    if fast is not None:
+        return fast
     group, topic, mark = _pick(d, "c", "consumerGroup"), _pick(d, "t", "topic"), _pick(d, "r", "retry")
     if not isinstance(group, str) or not group or not isinstance(topic, str) or not topic:
         raise ExtraInfoError("batch ack: consumerGroup and topic are required")
@@ -273,6 +279,21 @@ def parse_batch_ack(d: Any) -> BatchAck:
                     _int_of(_pick(d, "q", "queueId"), "queueId"), _int_of(_pick(d, "rq", "reviveQueueId"), "reviveQueueId"),
                     _int_of(_pick(d, "pt", "popTime"), "popTime"), _int_of(_pick(d, "it", "invisibleTime"), "invisibleTime"),
                     bitset_indexes(_pick(d, "b", "bitSet")))
+
+
+def _short_batch_ack(d: dict[str, Any]) -> BatchAck | None:
+    """The entry as the Java client writes it (short names, numbers as numbers, a known mark); None otherwise
+    (``parse_batch_ack`` reads it field by field)."""
+    try:
+        group, topic, so, q, rq, pt, it = d["c"], d["t"], d["so"], d["q"], d["rq"], d["pt"], d["it"]
+    except KeyError:
+        return None
+    mark = d.get("r", NORMAL_TOPIC)
+    if (type(group) is not str or not group or type(topic) is not str or not topic or type(so) is not int
+            or type(q) is not int or type(rq) is not int or type(pt) is not int or type(it) is not int
+            or type(mark) is not str or mark not in MARKS):  # fmt: skip
+        return None
+    return BatchAck(group, topic, mark, so, q, rq, pt, it, bitset_indexes(d.get("b")))
 
 
 def encode_bitset(indexes: list[int]) -> str:

@@ -61,7 +61,7 @@ class Popper:
     def pop(self, req: PopRequest, defer: bool = False) -> PopOutcome:
         core = self.core
         out = PopOutcome(core.now(), POP_ORDER_REVIVE_QUEUE if req.order else 0, deferred=defer)
-        rand = self.rng.randrange(100)
+        rand = int(self.rng.random() * 100)  # randrange(100), without its argument checks
         need_retry = rand < core.broker.cfg.pop_from_retry_probability
         retry = pop_retry_topic(req.topic, req.group, core.broker.cfg.enable_retry_topic_v2)
         if need_retry and not req.order:

@@ -214,17 +214,18 @@ class PopState:
             self.apply_reset(op)
 
     def apply_ck(self, ck: Checkpoint) -> None:
-        qs = self.ensure_queue(ck.qkey, ck.start, ck.order)
-        qs.next = max(qs.next, ck.next)
-        cs = CkState(ck, set(ck.offsets))
-        self.cks[ck.key] = cs
+        key, qkey, offsets = ck.key, ck.qkey, ck.offsets
+        qs = self.queues.get(qkey) or self.ensure_queue(qkey, ck.start, ck.order)
+        if ck.next > qs.next:
+            qs.next = ck.next
+        self.cks[key] = CkState(ck, set(offsets))
         if ck.order:
             self._apply_order_ck(qs, ck)
-        elif ck.offsets:
-            qs.inflight += len(ck.offsets)
-            heapq.heappush(qs.heap, (min(ck.offsets), ck.key))
-        heapq.heappush(self._due, (ck.revive_time, ck.key))
-        self.moved.add(ck.qkey)
+        elif offsets:
+            qs.inflight += len(offsets)
+            heapq.heappush(qs.heap, (min(offsets), key))
+        heapq.heappush(self._due, (ck.pop_time + ck.invisible, key))
+        self.moved.add(qkey)
 
     def _apply_order_ck(self, qs: QueueState, ck: Checkpoint) -> None:
         qs.order = True
@@ -245,10 +246,15 @@ class PopState:
         cs = self.cks.get(key)
         if cs is None:
             return []
-        done = sorted(cs.pending.intersection(offsets))
-        if done:
-            cs.pending.difference_update(done)
-            cs.acked.update(done)
+        pending = cs.pending
+        hit = pending.intersection(offsets)
+        if len(hit) == len(pending):  # every offset still in flight: the usual batch ack of a whole pop
+            cs.pending = set()
+            done = sorted(hit)
+        else:
+            done = sorted(hit)
+            pending.difference_update(hit)
+        cs.acked |= hit
         self._resolved(key, cs, done)
         return done
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, Final
 
-from brokerd.config_file import ConfigError, parse_properties, to_properties
+from brokerd.config_file import BlacklistedKey, ConfigError, config_update, to_properties
 from brokerd.processors.admin_common import dumps
 from brokerd.remoting.codes import RequestCode, ResponseCode
 from brokerd.remoting.command import RemotingCommand
@@ -85,16 +85,12 @@ class BrokerAdmin:
                             body=text.encode())
 
     def update_config(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
-        props = parse_properties((cmd.body or b"").decode("utf-8", "replace"))
-        if not props:
-            return cmd.response(ResponseCode.SYSTEM_ERROR, "string2Properties error: empty body")
-        bad = sorted(set(props) & CONFIG_BLACKLIST)
-        if bad:
-            return cmd.response(ResponseCode.NO_PERMISSION, f"Can not update config in black list: {bad[0]}")
         try:
+            props = config_update(cmd.body or b"", CONFIG_BLACKLIST)
             self.broker.update_config(props)
         except ConfigError as e:
-            return cmd.response(ResponseCode.SYSTEM_ERROR, str(e))
+            code = ResponseCode.NO_PERMISSION if isinstance(e, BlacklistedKey) else ResponseCode.SYSTEM_ERROR
+            return cmd.response(code, str(e))
         self.broker.log.info("broker_config_updated", keys=sorted(props), remote=conn.remote_addr[0])
         return cmd.response()
 

@@ -176,9 +176,8 @@ int main(int argc, char **argv) {
     if (C.nq < 1) usage();
     if (conns > C.nq) conns = C.nq;
 
-    int ep = epoll_create1(0);
-    if (ep < 0) die("epoll_create1");
-    conn_t *cs = calloc((size_t)conns, sizeof *cs);
+    int ep;
+    conn_t *cs = connect_all(addr, conns, &ep);
     buf_t hbf = {0};
     if (hb) {
         FILE *f = fopen(hb, "rb");
@@ -187,11 +186,10 @@ int main(int argc, char **argv) {
         hbf.len = fread(hbf.p, 1, hbf.cap, f);
         fclose(f);
     }
-    for (int i = 0; i < conns; i++) {
-        cs[i].fd = connect_to(addr);
-        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &cs[i]};
-        if (epoll_ctl(ep, EPOLL_CTL_ADD, cs[i].fd, &ev) != 0) die("epoll_ctl");
-        if (hbf.len) { buf_reserve(&cs[i].out, hbf.len); memcpy(cs[i].out.p, hbf.p, hbf.len); cs[i].out.len = hbf.len; }
+    for (int i = 0; i < conns && hbf.len; i++) {
+        buf_reserve(&cs[i].out, hbf.len);
+        memcpy(cs[i].out.p, hbf.p, hbf.len);
+        cs[i].out.len = hbf.len;
     }
     double t0 = now_mono(), deadline = t0 + timeout, last_check = 0;
     for (int q = 0; q < C.nq; q++) {
@@ -199,27 +197,14 @@ int main(int argc, char **argv) {
         else pull(&cs[q % conns], q);
     }
     for (int i = 0; i < conns; i++) flush_out(ep, &cs[i]);
-    struct epoll_event evs[64];
     int timed_out = 0;
     for (;;) {
         double now = now_mono();
         if (C.ndone == C.nq || (expect >= 0 && C.msgs >= expect)) break;
         if (now > deadline) { timed_out = 1; break; }
         if (expect_file && now - last_check > 0.1) { last_check = now; expect = expected(expect_file); }
-        int n = epoll_wait(ep, evs, 64, 100);
-        if (n < 0 && errno != EINTR) die("epoll_wait");
-        for (int k = 0; k < n; k++) {
-            conn_t *c = evs[k].data.ptr;
-            if (evs[k].events & EPOLLOUT) flush_out(ep, c);
-            if (evs[k].events & (EPOLLIN | EPOLLERR | EPOLLHUP)) {
-                int alive = read_in(c->fd, &c->in);
-                answers(c);
-                if (c->out.len > c->out.off) flush_out(ep, c);
-                if (!alive) { fprintf(stderr, "mqconsume: the broker closed a connection\n"); timed_out = 1; goto done; }
-            }
-        }
+        if (pump(ep, answers, "mqconsume") < 0) { timed_out = 1; break; }
     }
-done:;
     double elapsed = now_mono() - t0;
     if (lat_out) write_series(lat_out, &C.e2e);
     printf("{\"consumer\":\"c\",\"conns\":%d,\"queues\":%d,\"msgs\":%lld,\"bytes\":%lld,\"seconds\":%.3f,"

@@ -242,14 +242,8 @@ int main(int argc, char **argv) {
     load_frames(frames);
     S.salt = (uint64_t)(getpid() & 0xFFFF) << 32;
 
-    int ep = epoll_create1(0);
-    if (ep < 0) die("epoll_create1");
-    conn_t *cs = calloc((size_t)conns, sizeof *cs);
-    for (int i = 0; i < conns; i++) {
-        cs[i].fd = connect_to(addr);
-        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &cs[i]};
-        if (epoll_ctl(ep, EPOLL_CTL_ADD, cs[i].fd, &ev) != 0) die("epoll_ctl");
-    }
+    int ep;
+    conn_t *cs = connect_all(addr, conns, &ep);
     int tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK);
     if (tfd < 0) die("timerfd_create");
     struct epoll_event tev = {.events = EPOLLIN, .data.ptr = NULL};

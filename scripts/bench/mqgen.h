@@ -176,6 +176,40 @@ static long long find_int(const char *h, size_t n, const char *key, long long df
     return neg ? -v : v;
 }
 
+/* `n` connections to `addr`, each registered for EPOLLIN with the epoll instance made here (*ep) */
+static inline conn_t *connect_all(const char *addr, int n, int *ep) {
+    *ep = epoll_create1(0);
+    if (*ep < 0) die("epoll_create1");
+    conn_t *cs = calloc((size_t)n, sizeof *cs);
+    if (!cs) die("out of memory");
+    for (int i = 0; i < n; i++) {
+        cs[i].fd = connect_to(addr);
+        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &cs[i]};
+        if (epoll_ctl(*ep, EPOLL_CTL_ADD, cs[i].fd, &ev) != 0) die("epoll_ctl");
+    }
+    return cs;
+}
+
+/* A consumer's one wait (up to 100 ms) and what it reported: writable connections flushed, readable ones read and
+ * their frames handed to `answers` (which queues the next requests: flushed after). 0, or -1 once the broker
+ * closed a connection (said on stderr by `who`). */
+static inline int pump(int ep, void (*answers)(conn_t *), const char *who) {
+    struct epoll_event evs[64];
+    int n = epoll_wait(ep, evs, 64, 100);
+    if (n < 0 && errno != EINTR) die("epoll_wait");
+    for (int k = 0; k < n; k++) {
+        conn_t *c = evs[k].data.ptr;
+        if (evs[k].events & EPOLLOUT) flush_out(ep, c);
+        if (evs[k].events & (EPOLLIN | EPOLLERR | EPOLLHUP)) {
+            int alive = read_in(c->fd, &c->in);
+            answers(c);
+            if (c->out.len > c->out.off) flush_out(ep, c);
+            if (!alive) { fprintf(stderr, "%s: the broker closed a connection\n", who); return -1; }
+        }
+    }
+    return 0;
+}
+
 /* ------------------------------------------------------------------ per-request series and the report */
 
 typedef struct { double *v; long long n, cap; } series_t;

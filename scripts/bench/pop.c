@@ -246,37 +246,17 @@ int main(int argc, char **argv) {
     }
     if (!addr || !P.topic || P.total < 1 || conns < 1 || P.inflight < 1 || P.maxn < 1 || P.maxn > 1024) usage();
 
-    int ep = epoll_create1(0);
-    if (ep < 0) die("epoll_create1");
-    conn_t *cs = calloc((size_t)conns, sizeof *cs);
-    for (int i = 0; i < conns; i++) {
-        cs[i].fd = connect_to(addr);
-        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &cs[i]};
-        if (epoll_ctl(ep, EPOLL_CTL_ADD, cs[i].fd, &ev) != 0) die("epoll_ctl");
-    }
+    int ep;
+    conn_t *cs = connect_all(addr, conns, &ep);
     double t0 = now_mono(), deadline = t0 + timeout;
     for (int i = 0; i < conns; i++) {
         for (int k = 0; k < P.inflight; k++) pop(&cs[i]);
         flush_out(ep, &cs[i]);
     }
-    struct epoll_event evs[64];
     int timed_out = 0;
     while (P.acked < P.total) {
-        if (now_mono() > deadline) { timed_out = 1; break; }
-        int n = epoll_wait(ep, evs, 64, 100);
-        if (n < 0 && errno != EINTR) die("epoll_wait");
-        for (int k = 0; k < n; k++) {
-            conn_t *c = evs[k].data.ptr;
-            if (evs[k].events & EPOLLOUT) flush_out(ep, c);
-            if (evs[k].events & (EPOLLIN | EPOLLERR | EPOLLHUP)) {
-                int alive = read_in(c->fd, &c->in);
-                answers(c);
-                if (c->out.len > c->out.off) flush_out(ep, c);
-                if (!alive) { fprintf(stderr, "mqpop: the broker closed a connection\n"); timed_out = 1; goto done; }
-            }
-        }
+        if (now_mono() > deadline || pump(ep, answers, "mqpop") < 0) { timed_out = 1; break; }
     }
-done:;
     double elapsed = now_mono() - t0;
     printf("{\"consumer\":\"pop\",\"ack\":\"%s\",\"conns\":%d,\"inflight\":%d,\"msgs\":%lld,\"popped\":%lld,"
            "\"seconds\":%.3f,\"msg_per_s\":%.0f,\"pops\":%lld,\"found\":%lld,\"empty\":%lld,\"ack_requests\":%lld,"
