@@ -10,10 +10,12 @@ set sees. Prints one JSON document.
 * ``--two-sets``: two broker sets in two containers (broker-a flooded 16 x 2,048, broker-b not), and RocketMQ's
   Java producer (tests/clients/java/remoting .../overload/RetryingProducer.java: synchronous sends, open loop at
   ``--java-rate``, SYSTEM_BUSY retried on the other set as the client does by default) on a topic of both sets:
-  its latency with broker-a flooded against the same schedule with nothing flooded.
+  its latency with broker-a flooded against the same schedule with nothing flooded; ``--java-isolate``: also
+  with the producer's sendLatencyFaultEnable=true (RocketMQ's client then avoids a set that failed or answered
+  slowly for a while, instead of trying it first on every other send).
 
 Usage: .venv/bin/python scripts/bench/overload.py [--floods 16x2048,64x512] [--seconds 8] [--compare]
-       [--two-sets] [--java-rate 2000]
+       [--two-sets] [--java-rate 2000] [--java-isolate]
 """
 
 from __future__ import annotations
@@ -112,11 +114,11 @@ def second_set(master: Cluster, tmp: pathlib.Path) -> tuple[Daemon, str]:
     return d, f"127.0.0.1:{port}"
 
 
-def java_producer(namesrv: str, rate: float, seconds: float) -> dict[str, Any]:
+def java_producer(namesrv: str, rate: float, seconds: float, isolate: bool = False) -> dict[str, Any]:
     from tests.java_support import java_command
 
     cmd = java_command("remoting", "org.pyrmq.tests.overload.RetryingProducer",
-                       [namesrv, "Shared", str(rate), str(seconds)])
+                       [namesrv, "Shared", str(rate), str(seconds), "64", "true" if isolate else "false"])
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 300)
     lines = [x for x in out.stdout.splitlines() if x.startswith("{")]
     if not lines:
@@ -135,19 +137,22 @@ def two_sets(tmp: pathlib.Path, args: argparse.Namespace) -> dict[str, Any]:
             create(addr, "Flood")
         wait_for(lambda: len(json.loads(rpc(a.namesrv, 105, {"topic": "Shared"}).body)["brokerDatas"]) == 2, 30,
                  "the topic routed to both sets")
-        quiet = java_producer(a.namesrv, args.java_rate, args.seconds)
-        flooded: dict[str, Any] = {}
+        out = {"producer_alone": java_producer(a.namesrv, args.java_rate, args.seconds)}
+        for isolate in (False, True) if args.java_isolate else (False,):
+            flooded: dict[str, Any] = {}
 
-        def run_flood() -> None:
-            flooded["flood"] = flood(a.broker_addr(), 16, 2048, args.seconds + 4, tmp)
+            def run_flood(into: dict[str, Any] = flooded) -> None:
+                into["flood"] = flood(a.broker_addr(), 16, 2048, args.seconds + 4, tmp)
 
-        t = threading.Thread(target=run_flood)
-        t.start()
-        time.sleep(2.0)  # the flood under way (mqgen connects and fills its window)
-        flooded["producer"] = java_producer(a.namesrv, args.java_rate, args.seconds)
-        t.join()
-        return {"producer_alone": quiet, "producer_with_broker_a_flooded": flooded["producer"],
-                "flood_on_broker_a": flooded["flood"]}
+            t = threading.Thread(target=run_flood)
+            t.start()
+            time.sleep(2.0)  # the flood under way (mqgen connects and fills its window)
+            flooded["producer"] = java_producer(a.namesrv, args.java_rate, args.seconds, isolate)
+            t.join()
+            tail = "_latency_fault_on" if isolate else ""
+            out[f"producer_with_broker_a_flooded{tail}"] = flooded["producer"]
+            out[f"flood_on_broker_a{tail}"] = flooded["flood"]
+        return out
     finally:
         if b is not None:
             b.stop()
@@ -161,6 +166,9 @@ def main() -> int:
     ap.add_argument("--compare", action="store_true", help="also with shedding off")
     ap.add_argument("--two-sets", action="store_true", help="two broker sets and RocketMQ's Java producer")
     ap.add_argument("--java-rate", type=float, default=2000.0)
+    ap.add_argument("--java-isolate", action="store_true",
+                    help="also with the producer's sendLatencyFaultEnable=true (it avoids a broker that answered slowly "
+                         "or SYSTEM_BUSY for a while)")
     args = ap.parse_args()
     res: dict[str, Any] = {"bench": "overload", "date": time.strftime("%Y-%m-%d %H:%M:%S"),
                            "load_before": os.getloadavg()[0],
