@@ -142,7 +142,7 @@ class Runner:
     def op_checks(self, s):
         deadline = time.time() + float(s.get("timeout", 60))
         while len(set(self.checker.checked)) < int(s["count"]) and time.time() < deadline:
-            time.sleep(0.2)
+            time.sleep(0.2)  # sleep-ok: polling the checker's record until the deadline
         # the SDK sends the checker's answer (EndTransaction) from a callback: let it go out before the next step
         time.sleep(1.0)  # sleep-ok: no hook tells when the SDK's asynchronous EndTransaction was sent
         emit({"checked": sorted(set(self.checker.checked))})
@@ -160,7 +160,7 @@ class Runner:
                 msgs = self.simple.receive(int(s.get("batch", 16)), int(s.get("invisible_s", 15)))
             except Exception as e:  # noqa: BLE001
                 emit({"receive_error": str(e)})
-                time.sleep(0.5)
+                time.sleep(0.5)  # sleep-ok: a pause before receiving again, as an application would
                 continue
             for m in msgs or []:
                 emit({"recv": view(m)})
