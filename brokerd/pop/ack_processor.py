@@ -1,9 +1,10 @@
 """ACK_MESSAGE (200051) and BATCH_ACK_MESSAGE (200151): acknowledgements of popped messages.
 
 RocketMQ's checks come first (topic, queue id, offset within the queue: TOPIC_NOT_EXIST, MESSAGE_ILLEGAL,
-NO_MESSAGE); a checkpoint string that does not split answers SYSTEM_ERROR. Unlike RocketMQ — which writes any
-acknowledgement and answers SUCCESS even when it matches nothing, so the message may still come back — a handle
-that is stale (revived, renewed, never popped here) or expired (its invisible time passed) is answered
+NO_MESSAGE); a checkpoint string that does not split answers SYSTEM_ERROR. A handle whose invisible time passed
+acknowledges its message while it was not revived yet (as RocketMQ's revive skips a message acknowledged by
+then). Unlike RocketMQ — which writes any acknowledgement and answers SUCCESS even when it matches nothing, so the
+message may still come back — a stale handle (its message revived or renewed, or never popped here) is answered
 NO_MESSAGE and changes nothing: an ACK answered SUCCESS means the message is never delivered again.
 
 The acks of one loop turn share one revive-log record; their answers go out once that record is durable as the

@@ -4,7 +4,8 @@ The answer (ChangeInvisibleTimeResponseHeader: popTime, invisibleTime, reviveQid
 builds its next checkpoint string from it (``offset popTime invisibleTime reviveQid mark broker queueId
 offset``). The old handle is dead from then on. Checks and codes as RocketMQ's ChangeInvisibleTimeProcessor
 (TOPIC_NOT_EXIST, MESSAGE_ILLEGAL, NO_MESSAGE for an offset outside the queue), plus: an invisible time out of
-range answers INVALID_PARAMETER, a stale or expired handle NO_MESSAGE (nothing changes either way).
+range answers INVALID_PARAMETER, a stale handle (its message revived, renewed or acknowledged) NO_MESSAGE
+(nothing changes either way); a handle whose invisible time passed still renews a message not revived yet.
 """
 
 from __future__ import annotations

@@ -175,17 +175,18 @@ class PopService:
 
     def ack(self, q: QKey, start: int, pop_time: int, order: bool, offsets: list[int]) -> Outcome:
         """Acknowledge ``offsets`` of the checkpoint a handle names: applied now, written with the turn's other
-        acks (``wait_end`` PENDING). SUCCESS when every offset is acknowledged (now or before); NO_MESSAGE when a
-        handle is stale or expired (the others are still acknowledged)."""
+        acks (``wait_end`` PENDING). SUCCESS when every offset is acknowledged (now or before, its invisible time
+        passed or not, as long as it was not revived); NO_MESSAGE when a handle is stale (the others are still
+        acknowledged)."""
         core = self.core
         st = core.state
         key = st.handle_key(q, start, pop_time, order)
-        if len(offsets) == 1 and not order and st.ack_now(key, offsets[0], core.now()):
+        if len(offsets) == 1 and not order and st.ack_now(key, offsets[0]):
             core.defer_ack(key, offsets)
             core.counters.acks += 1
             core.changed()
             return Outcome(ResponseCode.SUCCESS, None, PENDING)
-        valid, why = st.check_many(key, offsets, core.now())
+        valid, why = st.check_many(key, offsets)
         if valid:
             done = st.apply_ack(key, valid)
             if done:
@@ -223,7 +224,7 @@ class PopService:
         st = core.state
         key = st.handle_key(q, start, pop_time, order)
         now = core.now()
-        why = st.check(key, offset, now) or ("message already acknowledged" if st.is_acked(key, offset) else None)
+        why = st.check(key, offset) or ("message already acknowledged" if st.is_acked(key, offset) else None)
         if why is not None:
             core.counters.refused_acks += 1
             return Outcome(ResponseCode.NO_MESSAGE, why)

@@ -131,29 +131,24 @@ class PopState:
                 return qs.live
         return (*q, start, pop_time)
 
-    def check(self, key: CkKey, offset: int, now: int) -> str | None:
+    def check(self, key: CkKey, offset: int) -> str | None:
         """Why an ACK / CHANGE_MESSAGE_INVISIBLETIME naming ``key``/``offset`` cannot apply (None: it can, or it
-        is a repeated ack of an acknowledged offset: ``is_acked``)."""
+        is a repeated ack of an acknowledged offset: ``is_acked``). A handle whose invisible time passed still
+        applies while its offset was not revived yet (RocketMQ's revive skips an offset acknowledged by then)."""
         cs = self.cks.get(key)
         if cs is None:
             return "checkpoint not found (acked, revived or never popped here)"
         if offset in cs.acked:
             return None
         if offset not in cs.pending:
-            return "offset not in flight under this receipt handle"
-        if cs.deadline(offset) <= now:
-            return "receipt handle expired (invisible time passed)"
+            return "offset not in flight under this receipt handle (acked, revived or renewed)"
         return None
 
-    def check_many(self, key: CkKey, offsets: list[int], now: int) -> tuple[list[int], str | None]:
+    def check_many(self, key: CkKey, offsets: list[int]) -> tuple[list[int], str | None]:
         """``check`` for several offsets of one checkpoint: the ones that can be acknowledged, and why one cannot."""
         cs = self.cks.get(key)
         if cs is None:
             return [], "checkpoint not found (acked, revived or never popped here)"
-        if cs.deadlines or cs.ck.revive_time <= now:
-            valid = [o for o in offsets if self.check(key, o, now) is None]
-            return valid, None if len(valid) == len(offsets) else self.check(key, next(o for o in offsets
-                                                                                     if o not in valid), now)
         pending = cs.pending
         if pending.issuperset(offsets):
             return offsets, None
@@ -161,11 +156,11 @@ class PopState:
         valid = [o for o in offsets if o in pending or o in acked]
         return valid, None if len(valid) == len(offsets) else "offset not in flight under this receipt handle"
 
-    def ack_now(self, key: CkKey, offset: int, now: int) -> bool:
-        """``check`` and ``apply_ack`` of one offset in flight whose time has not passed (the common ACK): True
-        when acknowledged now; False when the general path must decide."""
+    def ack_now(self, key: CkKey, offset: int) -> bool:
+        """``check`` and ``apply_ack`` of one offset in flight (the common ACK): True when acknowledged now; False
+        when the general path must decide."""
         cs = self.cks.get(key)
-        if cs is None or cs.deadlines or offset not in cs.pending or cs.ck.pop_time + cs.ck.invisible <= now:
+        if cs is None or offset not in cs.pending:
             return False
         cs.pending.discard(offset)
         cs.acked.add(offset)

@@ -33,8 +33,8 @@ BATCH_ACK_MESSAGE = 200151
 CHANGE_MESSAGE_INVISIBLETIME = 200053
 INIT_MODE_MAX = 1
 NACK_INVISIBLE_MS = 1000
-# broker answers to an ack / change that mean the handle is stale or expired: NO_MESSAGE (208), as RocketMQ's
-# AckMessageProcessor / ChangeInvisibleTimeProcessor answer it
+# the broker's answer to an ack / change whose handle is stale (its message revived, renewed or acknowledged):
+# NO_MESSAGE (208), the code RocketMQ's AckMessageProcessor / ChangeInvisibleTimeProcessor answer for a bad offset
 NO_MESSAGE = 208
 _BAD_HANDLE_CODES = frozenset({NO_MESSAGE, ResponseCode.ILLEGAL_OPERATION})
 
