@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
 
 SEP: Final = " "
@@ -154,13 +154,15 @@ def _is_int(text: str) -> bool:
 # ---------------------------------------------------------------------------------------------- answer fields
 
 
-@dataclass(slots=True)
 class PopInfo:
     """The three per-queue fields of a POP answer, built queue by queue as the pop reads them."""
 
-    start: list[str] = field(default_factory=list)
-    msgs: list[str] = field(default_factory=list)
-    orders: list[str] = field(default_factory=list)
+    __slots__ = ("start", "msgs", "orders")
+
+    def __init__(self) -> None:
+        self.start: list[str] = []
+        self.msgs: list[str] = []
+        self.orders: list[str] = []
 
     def add_queue(self, topic: str, queue_id: int, start_offset: int, offsets: list[int]) -> None:
         head = f"{topic_mark(topic)}{SEP}{queue_id}{SEP}"

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from brokerd.clients import SubscriptionData
 from brokerd.filter import FilterError, compile_filter, is_tag_type, not_supported_remark, record_matcher
+from brokerd.metadata.subscription import SubscriptionGroupConfig
 from brokerd.pop.checks import (
     group_or_error,
     invisible_error,
@@ -79,29 +80,10 @@ class PopMessageProcessor:
 
     def process(self, conn: Connection, cmd: RemotingCommand) -> object:
         h = parse_pop_header(cmd)
-        b = self.broker
-        ip = b.cfg.broker_ip1
-        ext = empty_header()
-        if now_ms() - h.born_time - h.poll_time > TIMEOUT_TOO_MUCH_MS:
-            return cmd.response(ResponseCode.POLLING_TIMEOUT, f"the broker[{ip}] pop message is timeout too much", ext)
-        if not b.is_readable():
-            return cmd.response(ResponseCode.NO_PERMISSION, f"the broker[{ip}] pop message is forbidden", ext)
-        if h.max_nums > MAX_MSG_NUMS or h.max_nums < 1:
-            return cmd.response(ResponseCode.INVALID_PARAMETER,
-                                f"the broker[{ip}] pop message's num is greater than 32" if h.max_nums > 1
-                                else f"the broker[{ip}] pop message's num must be at least 1", ext)
-        tc = topic_or_error(b, cmd, h.topic, ext=ext)
-        if isinstance(tc, RemotingCommand):
-            return tc
-        bad = queue_error(cmd, conn, tc, h.queue_id, ResponseCode.INVALID_PARAMETER, negative_ok=True, ext=ext)
-        if bad is not None:
-            return bad
-        sg = group_or_error(b, cmd, h.group, ext)
+        sg = self._refusal(conn, cmd, h)
         if isinstance(sg, RemotingCommand):
+            sg.ext = empty_header()  # a refusal's header carries the numeric fields too
             return sg
-        bad = invisible_error(b, cmd, h.invisible, ext) or serving_error(b, self.service, cmd, ext)
-        if bad is not None:
-            return bad
         filters = self._filters(cmd, h)
         if isinstance(filters, RemotingCommand):
             return filters
@@ -109,6 +91,29 @@ class PopMessageProcessor:
         req = PopRequest(h.group, h.topic, h.queue_id, h.max_nums, h.invisible, h.order or sg.consume_message_orderly,
                          h.init_mode, *filters)
         return self._first(conn, cmd, h, req)
+
+    def _refusal(self, conn: Connection, cmd: RemotingCommand, h: PopHeader) -> SubscriptionGroupConfig | RemotingCommand:
+        """RocketMQ's checks in its order: the group's config, or the answer refusing the pop."""
+        b = self.broker
+        if now_ms() - h.born_time - h.poll_time > TIMEOUT_TOO_MUCH_MS:
+            return cmd.response(ResponseCode.POLLING_TIMEOUT,
+                                f"the broker[{b.cfg.broker_ip1}] pop message is timeout too much")
+        if not b.is_readable():
+            return cmd.response(ResponseCode.NO_PERMISSION, f"the broker[{b.cfg.broker_ip1}] pop message is forbidden")
+        if h.max_nums > MAX_MSG_NUMS or h.max_nums < 1:
+            return cmd.response(ResponseCode.INVALID_PARAMETER,
+                                f"the broker[{b.cfg.broker_ip1}] pop message's num is greater than 32" if h.max_nums > 1
+                                else f"the broker[{b.cfg.broker_ip1}] pop message's num must be at least 1")
+        tc = topic_or_error(b, cmd, h.topic)
+        if isinstance(tc, RemotingCommand):
+            return tc
+        bad = queue_error(cmd, conn, tc, h.queue_id, ResponseCode.INVALID_PARAMETER, negative_ok=True)
+        if bad is not None:
+            return bad
+        sg = group_or_error(b, cmd, h.group)
+        if isinstance(sg, RemotingCommand):
+            return sg
+        return invisible_error(b, cmd, h.invisible) or serving_error(b, self.service, cmd) or sg
 
     def _compensate(self, conn: Connection, cmd: RemotingCommand, h: PopHeader) -> None:
         """A POP client that sends no heartbeat still shows as the group's consumer (consumerConnection,
@@ -124,7 +129,7 @@ class PopMessageProcessor:
             conn.add_close_callback(consumers.forget_compensated)
         exp, exp_type = (h.exp.strip() or "*", h.exp_type.upper()) if h.exp else ("*", "TAG")
         sub = info.subscriptions.get(h.topic)
-        if sub is None or sub.sub_string != exp or sub.expression_type != exp_type:
+        if sub is None or sub.sub_string != exp or sub.expression_type != exp_type:  # new, or another filter
             now = now_ms()
             retry = pop_retry_topic(h.topic, h.group, self.broker.cfg.enable_retry_topic_v2)
             info.subscriptions[h.topic] = SubscriptionData.build(h.topic, exp, now, exp_type)

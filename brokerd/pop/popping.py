@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from brokerd.message import POP_CK, MessageInner, decode_record, encode_record
 from brokerd.pop.core import PopCore
 from brokerd.pop.extra_info import POP_ORDER_REVIVE_QUEUE, PopInfo, build_extra_info, pop_retry_topic
 from brokerd.pop.records import Checkpoint, QKey
+from brokerd.pop.state import QueueState
 from brokerd.store.results import GetMessageResult, GetMessageStatus
 
 S = GetMessageStatus
@@ -39,14 +40,18 @@ class PopRequest:
     record_filter: Callable[[bytes], bool] | None = None
 
 
-@dataclass(slots=True)
 class PopOutcome:
-    pop_time: int
-    revive_qid: int
-    buffers: list[bytes | memoryview] = field(default_factory=list)
-    rest: int = 0  # messages left in the queues read (PopMessageResponseHeader.restNum)
-    info: PopInfo = field(default_factory=PopInfo)
-    deferred: bool = False  # checkpoints applied, to be written at the end of the turn
+    """What one pop hands out (a plain class: one is made per POP request)."""
+
+    __slots__ = ("pop_time", "revive_qid", "buffers", "rest", "info", "deferred")
+
+    def __init__(self, pop_time: int, revive_qid: int, deferred: bool = False) -> None:
+        self.pop_time = pop_time
+        self.revive_qid = revive_qid
+        self.buffers: list[bytes | memoryview] = []
+        self.rest = 0  # messages left in the queues read (PopMessageResponseHeader.restNum)
+        self.info = PopInfo()
+        self.deferred = deferred  # checkpoints applied, to be written at the end of the turn
 
     @property
     def found(self) -> int:
@@ -89,23 +94,25 @@ class Popper:
                 return
             self._pop_queue(req, topic, (rand + i) % n, out)
 
-    def _queue(self, req: PopRequest, topic: str, qid: int) -> QKey | None:
-        """The queue's state key, created at its start offset when new; None when it cannot be popped now."""
-        core, now = self.core, self.core.now()
-        q = (req.group, topic, qid)
+    def _queue(self, req: PopRequest, q: QKey) -> QueueState:
+        """The queue's state, created at its start offset when new."""
+        core = self.core
         qs = core.state.queue(q)
         if qs is None:
-            qs = core.state.ensure_queue(q, core.start_offset(req.group, topic, qid, req.init_mode), req.order)
+            qs = core.state.ensure_queue(q, core.start_offset(req.group, q[1], q[2], req.init_mode), req.order)
             core.state.moved.add(q)  # the start offset is committed (RocketMQ commits the init offset)
+        return qs
+
+    def _may_pop(self, req: PopRequest, q: QKey, qs: QueueState) -> bool:
+        """Whether the queue can be popped now (switching it to the request's kind when nothing is in flight)."""
+        core = self.core
         if qs.order != req.order:
             if qs.inflight_count():
-                return None  # popped the other way and still in flight
+                return False  # popped the other way and still in flight
             qs.order, qs.floor = req.order, qs.next
-        if req.order and core.state.blocked(q, now):
-            return None
-        if qs.inflight_count() >= core.broker.cfg.pop_inflight_message_threshold:
-            return None
-        return q
+        if req.order and core.state.blocked(q, core.now()):
+            return False
+        return qs.inflight_count() < core.broker.cfg.pop_inflight_message_threshold
 
     def _pop_queue(self, req: PopRequest, topic: str, qid: int, out: PopOutcome) -> None:
         core = self.core
@@ -113,9 +120,9 @@ class Popper:
         full = out.found >= req.max_nums
         if full and out.rest > 0:  # restNum only says whether more is waiting: known already
             return
-        q = None if full else self._queue(req, topic, qid)
-        qs = core.state.queue((req.group, topic, qid))
-        if q is None or qs is None:
+        q = (req.group, topic, qid)
+        qs = core.state.queue(q) if full else self._queue(req, q)
+        if qs is None or full or not self._may_pop(req, q, qs):
             if qs is not None and not req.order:
                 out.rest += max(0, store.max_offset_in_queue(topic, qid) - qs.next)
             return

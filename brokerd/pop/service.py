@@ -186,18 +186,16 @@ class PopService:
             core.counters.acks += 1
             core.changed()
             return Outcome(ResponseCode.SUCCESS, None, PENDING)
-        valid, why = st.check_many(key, offsets)
-        if valid:
-            done = st.apply_ack(key, valid)
-            if done:
-                core.defer_ack(key, done)
-                core.counters.acks += len(done)
-                if order and not st.blocked(q, core.now()):
-                    core.unblocked(q)
-                core.changed()
+        done, refused, why = st.ack_many(key, offsets)
+        if done:
+            core.defer_ack(key, done)
+            core.counters.acks += len(done)
+            if order and not st.blocked(q, core.now()):
+                core.unblocked(q)
+            core.changed()
         if why is not None:
-            core.counters.refused_acks += len(offsets) - len(valid)
-            return Outcome(ResponseCode.NO_MESSAGE, why, PENDING if valid else 0)
+            core.counters.refused_acks += refused
+            return Outcome(ResponseCode.NO_MESSAGE, why, PENDING if refused < len(offsets) else 0)
         return Outcome(ResponseCode.SUCCESS, None, PENDING)
 
     def reset(self, q: QKey, offset: int) -> bool:

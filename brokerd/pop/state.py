@@ -144,17 +144,19 @@ class PopState:
             return "offset not in flight under this receipt handle (acked, revived or renewed)"
         return None
 
-    def check_many(self, key: CkKey, offsets: list[int]) -> tuple[list[int], str | None]:
-        """``check`` for several offsets of one checkpoint: the ones that can be acknowledged, and why one cannot."""
+    def ack_many(self, key: CkKey, offsets: list[int]) -> tuple[list[int], int, str | None]:
+        """``check`` and ``apply_ack`` of several offsets of one checkpoint: the offsets newly acknowledged, how
+        many could not be (neither in flight nor acknowledged before), and why (None when every one could)."""
         cs = self.cks.get(key)
         if cs is None:
-            return [], "checkpoint not found (acked, revived or never popped here)"
+            return [], len(offsets), "checkpoint not found (acked, revived or never popped here)"
         pending = cs.pending
-        if pending.issuperset(offsets):
-            return offsets, None
-        acked = cs.acked
-        valid = [o for o in offsets if o in pending or o in acked]
-        return valid, None if len(valid) == len(offsets) else "offset not in flight under this receipt handle"
+        refused = 0
+        if not pending.issuperset(offsets):
+            acked = cs.acked
+            refused = sum(1 for o in offsets if o not in pending and o not in acked)
+        done = self.apply_ack(key, offsets)
+        return done, refused, "offset not in flight under this receipt handle" if refused else None
 
     def ack_now(self, key: CkKey, offset: int) -> bool:
         """``check`` and ``apply_ack`` of one offset in flight (the common ACK): True when acknowledged now; False

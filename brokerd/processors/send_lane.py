@@ -35,6 +35,7 @@ This module keeps the two sides in step:
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Callable
 from functools import partial
@@ -101,24 +102,23 @@ _SEND_CODES: Final = frozenset({10, 310, 320})
 _JSON_CODE: Final = b'{"code":'
 
 
+_JSON_CODE_VALUE: Final = re.compile(rb" ?([0-9]{1,6})[,} ]")  # after '{"code":' — a plain number
+
+
 def may_be_send(buf: Received, pos: int) -> bool:
     """False only for a frame at ``pos`` whose request code is certainly not a send (10/310/320): a ROCKETMQ
     binary header's first two bytes, or a JSON header that starts with its code (as every client's does);
     anything else (other layouts, a frame cut short) goes to the lane, which decides as before."""
     if len(buf) - pos < 20:
         return True
-    if buf[pos + 4] == 1:
-        return int.from_bytes(buf[pos + 8 : pos + 10], "big", signed=True) in _SEND_CODES
-    if buf[pos + 8 : pos + 16] != _JSON_CODE:
+    head = bytes(buf[pos + 4 : pos + 28])  # serialize type, header length, then the header's first 20 bytes
+    if head[0] == 1:
+        return int.from_bytes(head[4:6], "big", signed=True) in _SEND_CODES
+    if not head.startswith(_JSON_CODE, 4):
         return True
-    start = pos + 17 if buf[pos + 16] == 32 else pos + 16  # '{"code": 310' (a space after the colon)
-    i, code = start, 0
-    while i < start + 7 and 48 <= buf[i] <= 57:
-        code = code * 10 + buf[i] - 48
-        i += 1
-    if i == start or i == start + 7 or buf[i] not in (44, 125, 32):  # not a plain number: let the lane decide
-        return True
-    return code in _SEND_CODES
+    m = _JSON_CODE_VALUE.match(head, 12)
+    return m is None or int(m.group(1)) in _SEND_CODES
+
 
 class SendLane:
     """Callable as a dispatcher lane: (conn, buf, pos, out) -> new pos."""

@@ -36,3 +36,4 @@ def test_client_layouts_and_odd_headers_are_left_to_the_lane() -> None:
                 b'{"code":11x,"flag":0}'):
         assert may_be_send(json_frame(odd), 0)  # not a layout it knows: the lane decides
     assert may_be_send(b"\x00\x00\x00\x20\x00", 0)  # cut short
+    assert may_be_send(json_frame(b'{"code":2000')[:20], 0)  # cut inside the code: the lane decides
