@@ -21,10 +21,12 @@ import org.apache.rocketmq.common.message.Message;
  * on a fixed schedule across every queue of the topic's broker sets, with the client's own retry of the codes in
  * {@code retryResponseCodes} (SYSTEM_BUSY among them) on another broker set ({@code retryTimesWhenSendFailed}).
  *
- * <p>Args: namesrv topic rate(msg/s) seconds [threads] [latencyFaultEnable]. Send i is due at start + i / rate and
- * goes out on a pool of {@code threads} (64) senders; its latency counts from its due time (a send that waits for
- * a free sender still counts from then). Prints one JSON line: sends, results by status, failures by response
- * code, the broker set each message was stored on, the latency distribution (ms).
+ * <p>Args: namesrv topic rate(msg/s) seconds [threads] [latencyFaultEnable] [warmupSeconds]. Send i is due at
+ * start + i / rate and goes out on a pool of {@code threads} (64) senders; its latency counts from its due time (a
+ * send that waits for a free sender still counts from then). Before the measured schedule, {@code warmupSeconds}
+ * (2) of the same schedule run unmeasured on the same pool, as a long-running application's producer is warm
+ * (its classes loaded, its code compiled, its senders started). Prints one JSON line: sends, results by status,
+ * failures by response code, the broker set each message was stored on, the latency distribution (ms).
  */
 public final class RetryingProducer {
     private RetryingProducer() {
@@ -37,6 +39,7 @@ public final class RetryingProducer {
         double seconds = Double.parseDouble(args[3]);
         int threads = args.length > 4 ? Integer.parseInt(args[4]) : 64;
         boolean isolate = args.length > 5 && Boolean.parseBoolean(args[5]);
+        double warmup = args.length > 6 ? Double.parseDouble(args[6]) : 2.0;
 
         DefaultMQProducer producer = new DefaultMQProducer("overload_retry_pg");
         producer.setNamesrvAddr(namesrv);
@@ -50,6 +53,22 @@ public final class RetryingProducer {
         for (int i = 0; i < 20; i++) {  // routes known and connections open before the schedule starts
             producer.send(new Message(topic, "warm", body));
         }
+        ExecutorService pool = Executors.newFixedThreadPool(threads);
+        int warm = (int) (rate * warmup);
+        long warmStart = System.nanoTime();
+        for (int i = 0; i < warm; i++) {  // unmeasured: the same schedule, so the measured one runs warm
+            long wait = warmStart + (long) (i * 1e9 / rate) - System.nanoTime();
+            if (wait > 0) {
+                TimeUnit.NANOSECONDS.sleep(wait);
+            }
+            pool.execute(() -> {
+                try {
+                    producer.send(new Message(topic, "warm", body));
+                } catch (Exception e) {
+                    // a warm-up send's outcome is not measured
+                }
+            });
+        }
 
         int total = (int) (rate * seconds);
         double[] latency = new double[total];
@@ -57,7 +76,6 @@ public final class RetryingProducer {
         Map<String, LongAdder> failed = new ConcurrentHashMap<>();
         LongAdder ok = new LongAdder();
         AtomicLong done = new AtomicLong();
-        ExecutorService pool = Executors.newFixedThreadPool(threads);
         long start = System.nanoTime() + 200_000_000L;
         for (int i = 0; i < total; i++) {
             long due = start + (long) (i * 1e9 / rate);
