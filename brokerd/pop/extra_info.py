@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
 
 SEP: Final = " "
@@ -205,8 +204,7 @@ def parse_info(info: str | None, what: str) -> dict[str, list[str]]:
 # ---------------------------------------------------------------------------------------------- BATCH_ACK body
 
 
-@dataclass(frozen=True, slots=True)
-class BatchAck:
+class BatchAck(NamedTuple):
     """One entry of BatchAckMessageRequestBody.acks (fastjson: short names, long ones accepted)."""
 
     group: str

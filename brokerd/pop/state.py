@@ -31,12 +31,17 @@ from brokerd.pop.records import Ack, Checkpoint, CkKey, Item, Op, QKey, RecordEr
 SNAPSHOT_FORMAT = 1
 
 
-@dataclass(slots=True)
 class CkState:
-    ck: Checkpoint
-    pending: set[int]
-    acked: set[int] = field(default_factory=set)
-    deadlines: dict[int, int] = field(default_factory=dict)  # FIFO: an offset's changed deadline
+    """A checkpoint's offsets in flight (``pending``) and acknowledged (a plain class: one is made per pop)."""
+
+    __slots__ = ("ck", "pending", "acked", "deadlines")
+
+    def __init__(self, ck: Checkpoint, pending: set[int], acked: set[int] | None = None,
+                 deadlines: dict[int, int] | None = None) -> None:  # fmt: skip
+        self.ck = ck
+        self.pending = pending
+        self.acked: set[int] = acked if acked is not None else set()
+        self.deadlines: dict[int, int] = deadlines if deadlines is not None else {}  # FIFO: an offset's new deadline
 
     def deadline(self, offset: int) -> int:
         return self.deadlines.get(offset, self.ck.revive_time)
