@@ -99,10 +99,9 @@ Decision = Callable[[str, str, int, int, bool], "tuple[TopicConfig, int | None] 
 
 
 _SEND_CODES: Final = frozenset({10, 310, 320})
-_JSON_CODE: Final = b'{"code":'
 
 
-_JSON_CODE_VALUE: Final = re.compile(rb" ?([0-9]{1,6})[,} ]")  # after '{"code":' — a plain number
+_JSON_CODE: Final = re.compile(rb'\{"code": ?([0-9]{1,6})[,} ]')  # a JSON header that starts with a plain code
 
 
 def may_be_send(buf: Received, pos: int) -> bool:
@@ -111,12 +110,9 @@ def may_be_send(buf: Received, pos: int) -> bool:
     anything else (other layouts, a frame cut short) goes to the lane, which decides as before."""
     if len(buf) - pos < 20:
         return True
-    head = bytes(buf[pos + 4 : pos + 28])  # serialize type, header length, then the header's first 20 bytes
-    if head[0] == 1:
-        return int.from_bytes(head[4:6], "big", signed=True) in _SEND_CODES
-    if not head.startswith(_JSON_CODE, 4):
-        return True
-    m = _JSON_CODE_VALUE.match(head, 12)
+    if buf[pos + 4] == 1:
+        return int.from_bytes(buf[pos + 8 : pos + 10], "big", signed=True) in _SEND_CODES
+    m = _JSON_CODE.match(buf, pos + 8, pos + 32)  # matches in place, any bytes-like buffer
     return m is None or int(m.group(1)) in _SEND_CODES
 
 
