@@ -99,8 +99,6 @@ Decision = Callable[[str, str, int, int, bool], "tuple[TopicConfig, int | None] 
 
 
 _SEND_CODES: Final = frozenset({10, 310, 320})
-
-
 _JSON_CODE: Final = re.compile(rb'\{"code": ?([0-9]{1,6})[,} ]')  # a JSON header that starts with a plain code
 
 
