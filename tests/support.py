@@ -313,15 +313,19 @@ def kernel_stamps_live() -> bool:
     """Whether the kernel stamps received packets when they arrive. It turns stamping on asynchronously (a work item)
     when the host's first stamped socket asks for it: until then a packet is stamped when it is read. A datagram is
     read 20 ms after it was sent: a stamp from its arrival is that much older than the read."""
+    from brokerd.remoting.arrival import SO_TIMESTAMPNS
+
+    if SO_TIMESTAMPNS is None:
+        return False
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as rx, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx:
         rx.bind(("127.0.0.1", 0))
-        rx.setsockopt(socket.SOL_SOCKET, 35, 1)  # SO_TIMESTAMPNS
+        rx.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         tx.sendto(b"x", rx.getsockname())
         sent = time.time()
         time.sleep(0.02)  # sleep-ok: the probe's own delay between arrival and read
         _, anc, _, _ = rx.recvmsg(1, socket.CMSG_SPACE(16))
     for level, kind, raw in anc:
-        if level == socket.SOL_SOCKET and kind == 35 and len(raw) >= 16:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(raw) >= 16:
             sec, nsec = struct.unpack_from("qq", raw)
             return sec + nsec * 1e-9 < sent + 0.01
     return False

@@ -34,14 +34,12 @@ def queue_error(cmd: RemotingCommand, conn: Connection, tc: TopicConfig, queue_i
     return None
 
 
-def group_or_error(b: BrokerContext, cmd: RemotingCommand, group: str,
-                   ext: dict[str, str] | None = None) -> SubscriptionGroupConfig | RemotingCommand:  # fmt: skip
+def group_or_error(b: BrokerContext, cmd: RemotingCommand, group: str) -> SubscriptionGroupConfig | RemotingCommand:
     sg = b.meta.subscriptions.find_or_create(group)
     if sg is None:
-        return cmd.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group [{group}] does not exist",
-                            ext)
+        return cmd.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group [{group}] does not exist")
     if not sg.consume_enable:
-        return cmd.response(ResponseCode.NO_PERMISSION, f"subscription group no permission, {group}", ext)
+        return cmd.response(ResponseCode.NO_PERMISSION, f"subscription group no permission, {group}")
     return sg
 
 

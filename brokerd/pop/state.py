@@ -252,11 +252,10 @@ class PopState:
         hit = pending.intersection(offsets)
         if len(hit) == len(pending):  # every offset still in flight: the usual batch ack of a whole pop
             cs.pending = set()
-            done = sorted(hit)
         else:
-            done = sorted(hit)
             pending.difference_update(hit)
         cs.acked |= hit
+        done = sorted(hit)
         self._resolved(key, cs, done)
         return done
 

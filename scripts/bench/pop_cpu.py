@@ -43,19 +43,14 @@ import uvloop
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
-from brokerd.broker import Broker  # noqa: E402
-from brokerd.broker_config import BrokerConfig  # noqa: E402
-from brokerd.metadata.topic import TopicConfig  # noqa: E402
 from brokerd.pop.extra_info import encode_bitset, parse_info  # noqa: E402
-from brokerd.remoting.client import RemotingClient  # noqa: E402
 from brokerd.remoting.codec import decode_payload, encode  # noqa: E402
 from brokerd.remoting.command import RemotingCommand, request  # noqa: E402
 from brokerd.remoting.connection import Connection  # noqa: E402
 from scripts.bench import shapes  # noqa: E402
-from scripts.bench.send_path_cpu import FakeTransport, _loop_thread_instructions  # noqa: E402
+from scripts.bench.send_path_cpu import QUEUES, FakeTransport, loop_thread_instructions, start_broker  # noqa: E402
 
 TOPIC = "BenchPop"
-QUEUES = 8
 PULL, POP, BATCH_ACK = 11, 200050, 200151
 
 
@@ -185,13 +180,8 @@ async def phase(conn: Connection, tr: Capture, client: PullClient | PopClient,
 
 async def run(total: int, root: str, until: str = "pop") -> dict[str, Any]:
     """The fill, then (``until`` allowing) the pull, then the POP phase."""
-    cfg = BrokerConfig(store_path_root_dir=root, listen_port=20000, broker_name="broker-a",
-                       mapped_file_size_commit_log=64 << 20, max_hash_slot_num=50_000, max_index_num=400_000)  # fmt: skip
-    b = Broker(cfg, RemotingClient(), namesrv_addrs=[])
-    await b.start()
-    b.meta.topics.update(TopicConfig(TOPIC, QUEUES, QUEUES))
-    conn, tr = Connection(b.dispatcher), Capture()
-    conn.connection_made(tr)  # type: ignore[arg-type]
+    tr = Capture()
+    b, conn = await start_broker(root, "broker-a", 20000, TOPIC, tr, segment=64 << 20, max_index=400_000)
     build, _, _ = shapes.builder("json_uniq", TOPIC, QUEUES, 256)
     for k in range(0, total, 32):
         conn.data_received(b"".join(build(i, i, f"{i:012X}", os.urandom(8)) for i in range(k + 1, k + 33)))
@@ -221,7 +211,7 @@ def callgrind(total: int, workdir: str) -> dict[str, Any]:
                    sys.executable, __file__, "--messages", str(n), "--repeat", "1", "--until", until]  # fmt: skip
             env = {**os.environ, "PYTHONHASHSEED": "0"}  # the same dict and set layouts in every run
             subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-            counts.setdefault(until, []).append(_loop_thread_instructions(prefix))
+            counts.setdefault(until, []).append(loop_thread_instructions(prefix))
 
     def marginal(phase: str, before: str) -> float:
         return ((counts[phase][1] - counts[before][1]) - (counts[phase][0] - counts[before][0])) / total

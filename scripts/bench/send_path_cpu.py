@@ -83,19 +83,26 @@ class FakeTransport:
         pass
 
 
+async def start_broker(root: str, name: str, port: int, topic: str, tr: FakeTransport, *, segment: int,
+                       max_index: int) -> tuple[Broker, Connection]:  # fmt: skip
+    """A started in-process broker with ``topic`` (``QUEUES`` queues) and one connection writing to ``tr``."""
+    cfg = BrokerConfig(store_path_root_dir=root, listen_port=port, broker_name=name, mapped_file_size_commit_log=segment,
+                       max_hash_slot_num=50_000, max_index_num=max_index)  # fmt: skip
+    b = Broker(cfg, RemotingClient(), namesrv_addrs=[])
+    await b.start()
+    b.meta.topics.update(TopicConfig(topic, QUEUES, QUEUES))
+    conn = Connection(b.dispatcher)
+    conn.connection_made(tr)  # type: ignore[arg-type]
+    return b, conn
+
+
 async def run(n_brokers: int, per_broker: int, root: str, shape: str = "json_uniq") -> dict[str, Any]:
     brokers: list[Broker] = []
     conns: list[tuple[Connection, FakeTransport]] = []
     for i in range(n_brokers):
-        cfg = BrokerConfig(store_path_root_dir=os.path.join(root, f"b{i}"), listen_port=20000 + 10 * i,
-                           broker_name=f"bench-{i}", mapped_file_size_commit_log=32 << 20,
-                           max_hash_slot_num=50_000, max_index_num=200_000)  # fmt: skip
-        b = Broker(cfg, RemotingClient(), namesrv_addrs=[])
-        await b.start()
-        b.meta.topics.update(TopicConfig(topic_of(shape), QUEUES, QUEUES))
-        conn = Connection(b.dispatcher)
         tr = FakeTransport()
-        conn.connection_made(tr)  # type: ignore[arg-type]
+        b, conn = await start_broker(os.path.join(root, f"b{i}"), f"bench-{i}", 20000 + 10 * i, topic_of(shape), tr,
+                                     segment=32 << 20, max_index=200_000)  # fmt: skip
         brokers.append(b)
         conns.append((conn, tr))
     await asyncio.sleep(0.2)  # sleep-ok: let topic registration / start-up tasks settle before measuring
@@ -132,7 +139,7 @@ async def run(n_brokers: int, per_broker: int, root: str, shape: str = "json_uni
             "wall_s_noisy": round(wall, 3)}  # fmt: skip
 
 
-def _loop_thread_instructions(out_prefix: str) -> int:
+def loop_thread_instructions(out_prefix: str) -> int:
     """Ir total of thread 1 (the loop thread) from callgrind's per-thread output files."""
     files = sorted(glob.glob(out_prefix + "*-01"))
     if not files:
@@ -152,7 +159,7 @@ def callgrind(brokers: int, per_broker: int, workdir: str, shape: str = "json_un
                sys.executable, __file__, "--brokers", str(brokers), "--messages", str(n), "--dir", workdir,
                "--shape", shape]  # fmt: skip
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        counts.append(_loop_thread_instructions(prefix))
+        counts.append(loop_thread_instructions(prefix))
     total_new = brokers * (per_broker // BURST) * BURST
     return {"brokers": brokers, "messages_per_broker": [per_broker, 2 * per_broker],
             "loop_thread_instructions": counts,

@@ -57,10 +57,7 @@ public final class RetryingProducer {
         int warm = (int) (rate * warmup);
         long warmStart = System.nanoTime();
         for (int i = 0; i < warm; i++) {  // unmeasured: the same schedule, so the measured one runs warm
-            long wait = warmStart + (long) (i * 1e9 / rate) - System.nanoTime();
-            if (wait > 0) {
-                TimeUnit.NANOSECONDS.sleep(wait);
-            }
+            sleepUntil(warmStart + (long) (i * 1e9 / rate));
             pool.execute(() -> {
                 try {
                     producer.send(new Message(topic, "warm", body));
@@ -79,10 +76,7 @@ public final class RetryingProducer {
         long start = System.nanoTime() + 200_000_000L;
         for (int i = 0; i < total; i++) {
             long due = start + (long) (i * 1e9 / rate);
-            long wait = due - System.nanoTime();
-            if (wait > 0) {
-                TimeUnit.NANOSECONDS.sleep(wait);
-            }
+            sleepUntil(due);
             final int n = i;
             pool.execute(() -> {
                 try {
@@ -120,6 +114,14 @@ public final class RetryingProducer {
         }
         System.out.println(out.append("}}"));
         System.exit(0);
+    }
+
+    /** Waits for {@code due} (System.nanoTime); returns at once when it passed. */
+    private static void sleepUntil(long due) throws InterruptedException {
+        long wait = due - System.nanoTime();
+        if (wait > 0) {
+            TimeUnit.NANOSECONDS.sleep(wait);
+        }
     }
 
     private static String json(Map<String, LongAdder> m) {
