@@ -187,7 +187,7 @@ def test_metrics_are_per_broker(three: Cluster) -> None:
 
 def test_invalid_config_stops_startup_naming_the_key(tmp_path: pathlib.Path) -> None:
     conf = tmp_path / "c.conf"
-    conf.write_text("listenPort=70000\n")
+    conf.write_text("listenPort=70000\n")  # port-ok: data, nothing binds it
     r = subprocess.run([str(VENV_BIN / "mqbrokercontainer"), "-c", str(conf)], capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 2 and "listenPort" in r.stderr

@@ -156,7 +156,7 @@ async def test_compressed_registration_and_slave_learns_master(namesrv: Namesrv,
 
 def _register_cmd(body: bytes | None, crc: int, **ext: str) -> Any:
     fields = {"brokerAddr": "127.0.0.1:10911", "brokerId": "0", "brokerName": "broker-a",  # port-ok: address data, nothing binds it
-              "clusterName": "DefaultCluster", "haServerAddr": "127.0.0.1:10912", "compressed": "false",
+              "clusterName": "DefaultCluster", "haServerAddr": "127.0.0.1:10912", "compressed": "false",  # port-ok: data, nothing binds it
               "bodyCrc32": str(crc), **ext}
     return request(RequestCode.REGISTER_BROKER, fields, body)
 
@@ -183,8 +183,8 @@ async def test_connection_close_removes_exactly_its_brokers(namesrv: Namesrv, cl
     svc, _, addr = namesrv
     pooled = RemotingClient()
     await register(pooled, addr, "broker-a", "127.0.0.1:10911")  # port-ok: address data, nothing binds it
-    await register(pooled, addr, "broker-b", "127.0.0.1:20911")
-    await register(client, addr, "broker-c", "127.0.0.1:30911")
+    await register(pooled, addr, "broker-b", "127.0.0.1:20911")  # port-ok: data, nothing binds it
+    await register(client, addr, "broker-c", "127.0.0.1:30911")  # port-ok: data, nothing binds it
     await pooled.close()
     await wait_for(lambda: "broker-a" not in svc.routes.broker_addr_table, "broker-a removal")
     await wait_for(lambda: "broker-b" not in svc.routes.broker_addr_table, "broker-b removal")

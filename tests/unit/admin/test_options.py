@@ -24,8 +24,8 @@ def test_values_in_every_spelling() -> None:
 
 
 def test_multi_letter_short_option_and_flags() -> None:
-    p = parse(SPEC, ["-c", "C", "-t", "T", "-bn", "broker-a", "-o", "-n", "127.0.0.1:9876"])
-    assert p.get("bn") == "broker-a" and p.has("o") and p.get("n") == "127.0.0.1:9876" and not p.has("b")
+    p = parse(SPEC, ["-c", "C", "-t", "T", "-bn", "broker-a", "-o", "-n", "127.0.0.1:9876"])  # port-ok: data, nothing binds it
+    assert p.get("bn") == "broker-a" and p.has("o") and p.get("n") == "127.0.0.1:9876" and not p.has("b")  # port-ok: data, nothing binds it
 
 
 def test_first_value_of_a_repeated_option_and_negative_numbers() -> None:

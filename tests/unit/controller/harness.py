@@ -17,7 +17,7 @@ from controller.server import ControllerServer
 from controller.statemachine.machine import ControllerStateMachine
 from tests.unit.controller.fake_raft import FakeRaft
 
-PEERS = "n0-127.0.0.1:19001;n1-127.0.0.1:19002;n2-127.0.0.1:19003"
+PEERS = "n0-127.0.0.1:19001;n1-127.0.0.1:19002;n2-127.0.0.1:19003"  # port-ok: data, nothing binds it
 
 
 async def wait_until(cond: Callable[[], bool], timeout: float = 5.0, what: str = "condition") -> None:

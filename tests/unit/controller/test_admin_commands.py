@@ -32,7 +32,7 @@ async def h() -> AsyncIterator[Harness]:
 async def test_metadata_and_sync_state_set(h: Harness, capsys: pytest.CaptureFixture[str]) -> None:
     assert await run(["getControllerMetaData", "-a", h.addr]) == 0
     out = capsys.readouterr().out
-    assert "\n#ControllerGroup\tg\n#ControllerLeaderId\tn0\n" in out and "\n#Peer:\tn1:127.0.0.1:19002" in out
+    assert "\n#ControllerGroup\tg\n#ControllerLeaderId\tn0\n" in out and "\n#Peer:\tn1:127.0.0.1:19002" in out  # port-ok: data, nothing binds it
     assert await run(["getSyncStateSet", "-a", h.addr, "-b", "b,zz"]) == 0
     out = capsys.readouterr().out
     assert "#MasterBrokerId\t1" in out and "#MasterEpoch\t1" in out and "brokerId=1, brokerAddress='h1:1'" in out

@@ -10,7 +10,7 @@ import pytest
 from controller.config import ConfigError, ControllerConfig, config_from_properties, load_config, parse_properties
 from controller.main import main
 
-BASE = {"controllerDLegerGroup": "g", "controllerDLegerPeers": "n0-127.0.0.1:9877;n1-127.0.0.1:9878",
+BASE = {"controllerDLegerGroup": "g", "controllerDLegerPeers": "n0-127.0.0.1:9877;n1-127.0.0.1:9878",  # port-ok: data, nothing binds it
         "controllerDLegerSelfId": "n1", "controllerStorePath": "/tmp/x"}
 REPO = pathlib.Path(__file__).resolve().parents[3]
 
@@ -20,8 +20,8 @@ def test_shipped_3n_configs_parse() -> None:
     for i in range(3):
         cfg = load_config(str(REPO / f"conf/controller/3n/controller-n{i}.conf"))
         ids.add(cfg.self_id)
-        assert cfg.peers == {"n0": "127.0.0.1:9877", "n1": "127.0.0.1:9878", "n2": "127.0.0.1:9879"}
-        assert cfg.raft_peers["n2"] == "127.0.0.1:10879"
+        assert cfg.peers == {"n0": "127.0.0.1:9877", "n1": "127.0.0.1:9878", "n2": "127.0.0.1:9879"}  # port-ok: data, nothing binds it
+        assert cfg.raft_peers["n2"] == "127.0.0.1:10879"  # port-ok: data, nothing binds it
         assert cfg.listen_port == 9877 + i and cfg.broker_heartbeat_timeout_ms == 3000
         assert cfg.namesrv_listen_port == 9876 + 10 * i
     assert ids == {"n0", "n1", "n2"}
@@ -34,15 +34,15 @@ def test_properties_syntax() -> None:
 
 def test_defaults_and_frozen() -> None:
     cfg = config_from_properties(BASE)
-    assert cfg.self_addr == "127.0.0.1:9878" and cfg.read_mode == "read_index" and not cfg.legacy_mode
+    assert cfg.self_addr == "127.0.0.1:9878" and cfg.read_mode == "read_index" and not cfg.legacy_mode  # port-ok: data, nothing binds it
     assert cfg.elect_master_max_retry_count == 3 and cfg.notify_broker_role_changed and cfg.namesrv_listen_port is None
     with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.group = "other"  # type: ignore[misc]
 
 
 @pytest.mark.parametrize("key,value", [
-    ("controllerDLegerPeers", "n0:127.0.0.1:9877"),
-    ("controllerDLegerPeers", "n0-127.0.0.1:99999"),
+    ("controllerDLegerPeers", "n0:127.0.0.1:9877"),  # port-ok: data, nothing binds it
+    ("controllerDLegerPeers", "n0-127.0.0.1:99999"),  # port-ok: data, nothing binds it
     ("controllerDLegerPeers", "n0-127.0.0.1:1;n0-127.0.0.1:2"),
     ("controllerDLegerSelfId", "n7"),
     ("controllerDLegerGroup", ""),

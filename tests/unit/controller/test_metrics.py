@@ -15,7 +15,7 @@ from brokerd.remoting.connection import Connection
 from controller.config import ConfigError, config_from_properties
 from controller.metrics import RequestStats, render
 
-BASE = {"controllerDLegerGroup": "g", "controllerDLegerPeers": "n0-127.0.0.1:9877", "controllerDLegerSelfId": "n0",
+BASE = {"controllerDLegerGroup": "g", "controllerDLegerPeers": "n0-127.0.0.1:9877", "controllerDLegerSelfId": "n0",  # port-ok: data, nothing binds it
         "controllerStorePath": "/tmp/x"}
 CONN = cast(Connection, None)
 

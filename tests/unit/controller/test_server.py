@@ -79,12 +79,12 @@ async def test_non_leader_redirects_writes_and_serves_follower_reads(h: Harness)
     h.raft.set_leader(False, "n2")
     r = await h.call(Q.CONTROLLER_ELECT_MASTER, {"brokerName": "b", "brokerId": "1"})
     assert r.code == RC.CONTROLLER_NOT_LEADER
-    assert r.ext["controllerLeaderId"] == "n2" and r.ext["controllerLeaderAddress"] == "127.0.0.1:19003"
+    assert r.ext["controllerLeaderId"] == "n2" and r.ext["controllerLeaderAddress"] == "127.0.0.1:19003"  # port-ok: data, nothing binds it
     r = await h.call(Q.CONTROLLER_GET_REPLICA_INFO, {"brokerName": "b"})
     assert r.code == RC.SUCCESS and h.raft.follower_read_calls == 1
     h.raft.follower_lagging = True  # too far behind: refuse and point at the leader
     r = await h.call(Q.CONTROLLER_GET_REPLICA_INFO, {"brokerName": "b"})
-    assert r.code == RC.CONTROLLER_NOT_LEADER and r.ext["controllerLeaderAddress"] == "127.0.0.1:19003"
+    assert r.code == RC.CONTROLLER_NOT_LEADER and r.ext["controllerLeaderAddress"] == "127.0.0.1:19003"  # port-ok: data, nothing binds it
     h.srv.update_config({"controllerFollowerRead": "false"})
     h.raft.follower_lagging = False
     r = await h.call(Q.CONTROLLER_GET_NEXT_BROKER_ID, {"clusterName": "c1", "brokerName": "b"})
@@ -93,9 +93,9 @@ async def test_non_leader_redirects_writes_and_serves_follower_reads(h: Harness)
     r = await h.call(Q.CONTROLLER_GET_SYNC_STATE_DATA, {}, b'["b"]')
     assert r.code == RC.SUCCESS and "b" in orjson.loads(r.body or b"")["replicasInfoTable"]
     r = await h.call(Q.CONTROLLER_GET_METADATA_INFO)
-    assert r.ext == {"group": "g", "controllerLeaderId": "n2", "controllerLeaderAddress": "127.0.0.1:19003",
+    assert r.ext == {"group": "g", "controllerLeaderId": "n2", "controllerLeaderAddress": "127.0.0.1:19003",  # port-ok: data, nothing binds it
                      "isLeader": "false",
-                     "peers": "n0:127.0.0.1:19001;n1:127.0.0.1:19002;n2:127.0.0.1:19003;"}
+                     "peers": "n0:127.0.0.1:19001;n1:127.0.0.1:19002;n2:127.0.0.1:19003;"}  # port-ok: data, nothing binds it
 
 
 async def test_read_modes(h: Harness) -> None:
@@ -157,12 +157,12 @@ async def test_legacy_mode_runs_one_request_at_a_time() -> None:
 async def test_lost_leadership_during_a_write_is_reported_as_unknown_outcome(h: Harness) -> None:
     from controller.raft.errors import CommitUnknownError, NotLeaderError
 
-    h.raft.fail_next = CommitUnknownError("n1", "127.0.0.1:19002")
+    h.raft.fail_next = CommitUnknownError("n1", "127.0.0.1:19002")  # port-ok: data, nothing binds it
     r = await h.call(Q.CONTROLLER_APPLY_BROKER_ID, {"clusterName": "c1", "brokerName": "b", "appliedBrokerId": "1",
                                                     "registerCheckCode": "a;1"})
     assert r.code == RC.CONTROLLER_NOT_LEADER and r.ext["outcomeUnknown"] == "true"
-    assert r.ext["controllerLeaderAddress"] == "127.0.0.1:19002"
-    h.raft.fail_next = NotLeaderError("n1", "127.0.0.1:19002")  # never appended: a plain redirect
+    assert r.ext["controllerLeaderAddress"] == "127.0.0.1:19002"  # port-ok: data, nothing binds it
+    h.raft.fail_next = NotLeaderError("n1", "127.0.0.1:19002")  # never appended: a plain redirect (port-ok: data, nothing binds it)
     r = await h.call(Q.CONTROLLER_APPLY_BROKER_ID, {"clusterName": "c1", "brokerName": "b", "appliedBrokerId": "1",
                                                     "registerCheckCode": "a;1"})
     assert r.code == RC.CONTROLLER_NOT_LEADER and "outcomeUnknown" not in r.ext

@@ -74,9 +74,9 @@ def test_groups_online_without_commits_are_listed_without_lag() -> None:
 def test_ha_view_of_a_master_with_a_lagging_slave() -> None:
     ha = figures.ha_view({"role": "MASTER", "masterEpoch": 3, "maxOffset": 500, "confirmOffset": 400,
                           "syncStateSet": [0, 1], "syncStateSetEpoch": 2, "controllerMode": True,
-                          "controllerLeader": "127.0.0.1:9878",
+                          "controllerLeader": "127.0.0.1:9878",  # port-ok: data, nothing binds it
                           "slaves": {"2": {"ack": 120, "state": "TRANSFER"}, "1": {"ack": 500, "state": "TRANSFER"}}})
-    assert ha["syncStateSet"] == [0, 1] and ha["masterEpoch"] == 3 and ha["controllerLeader"] == "127.0.0.1:9878"
+    assert ha["syncStateSet"] == [0, 1] and ha["masterEpoch"] == 3 and ha["controllerLeader"] == "127.0.0.1:9878"  # port-ok: data, nothing binds it
     assert [(s["id"], s["lagBytes"]) for s in ha["slaves"]] == [("1", 0), ("2", 380)]
     assert ha["metadataSnapshot"] is None  # no incremental metadata sync
 
@@ -90,9 +90,9 @@ def test_ha_view_shows_the_latest_metadata_snapshots_position() -> None:
 
 def test_overview_names_each_controller_leader_once() -> None:
     a, b = broker(), FakeBroker("c")
-    a.ha["controllerLeader"] = b.ha["controllerLeader"] = "127.0.0.1:9877"
+    a.ha["controllerLeader"] = b.ha["controllerLeader"] = "127.0.0.1:9877"  # port-ok: data, nothing binds it
     o = figures.overview(Directory({IDENT: Slot(a), "DefaultCluster:c:0": Slot(b)}))
-    assert o["brokerCount"] == 2 and o["controllerLeaders"] == ["127.0.0.1:9877"]
+    assert o["brokerCount"] == 2 and o["controllerLeaders"] == ["127.0.0.1:9877"]  # port-ok: data, nothing binds it
     assert [r["identity"] for r in o["brokers"]] == [IDENT, "DefaultCluster:c:0"]
 
 

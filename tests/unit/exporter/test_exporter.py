@@ -110,14 +110,14 @@ async def test_consume_stats_diffs_offsets_and_counts_of_one_master() -> None:
 
 async def test_diffs_are_summed_over_the_masters_and_slaves_are_left_to_their_masters() -> None:
     a = FakeBroker("broker-a", topics={"T": Topic(1, 1)}, offsets={"T@G": {0: 1}}, store=Store({("T", 0): 10}))
-    b = FakeBroker("broker-b", port=10921, topics={"T": Topic(1, 1)}, offsets={"T@G": {0: 7}},
+    b = FakeBroker("broker-b", port=10921, topics={"T": Topic(1, 1)}, offsets={"T@G": {0: 7}},  # port-ok: data, nothing binds it
                    store=Store({("T", 0): 8}))
-    s = FakeBroker("broker-b", broker_id=1, port=10931, master=False, topics={"T": Topic(1, 1)},
+    s = FakeBroker("broker-b", broker_id=1, port=10931, master=False, topics={"T": Topic(1, 1)},  # port-ok: data, nothing binds it
                    offsets={"T@G": {0: 0}}, store=Store({("T", 0): 8}))
     b.slaves = {"1": {"ack": 900, "state": "TRANSFER"}}
     m = parse(await Exporter(directory(a, b, s)).text())
     assert m[key("rocketmq_group_diff", group="G", topic="T", countOfOnlineConsumers="0", msgModel="1")] == 9 + 1
-    assert m[key("rocketmq_broker_commitlog_diff", cluster="DefaultCluster", brokerIP="127.0.0.1:10931",
+    assert m[key("rocketmq_broker_commitlog_diff", cluster="DefaultCluster", brokerIP="127.0.0.1:10931",  # port-ok: data, nothing binds it
                  broker="broker-b")] == 100
     assert {dict(k[1])["broker"] for k in m if k[0] == "rocketmq_producer_offset"} == {"broker-a", "broker-b"}
     assert len([k for k in m if k[0] == "rocketmq_broker_tps"]) == 2
@@ -140,7 +140,7 @@ async def test_rates_come_from_the_stats_items_rounded_as_the_exporter_rounds_th
     assert m[key("rocketmq_consumer_tps", **labels, group="G")] == 0.33
     assert m[key("rocketmq_consumer_message_size", **labels, group="G")] == 33.33
     assert m[key("rocketmq_send_back_nums", **labels, group="G")] == 1  # the minute's sum
-    assert m[key("rocketmq_broker_tps", cluster="DefaultCluster", brokerIP="127.0.0.1:10911", broker="broker-a")] == 5.33
+    assert m[key("rocketmq_broker_tps", cluster="DefaultCluster", brokerIP="127.0.0.1:10911", broker="broker-a")] == 5.33  # port-ok: data, nothing binds it
     assert not [k for k in m if k[0] == "rocketmq_producer_tps" and dict(k[1])["topic"] in ("%RETRY%G", "Gone")]
     assert sm.minute(TOPIC_PUT_NUMS, "T") is not None and sm.minute_tps(GROUP_GET_NUMS, "T@G") == pytest.approx(1 / 3)
 
@@ -164,7 +164,7 @@ def test_runtime_table_is_read_as_the_exporter_reads_it() -> None:
 
 async def test_runtime_families_carry_the_exporters_labels() -> None:
     m = parse(await Exporter(directory(FakeBroker())).text())
-    labels = (("cluster", "DefaultCluster"), ("brokerIP", "127.0.0.1:10911"), ("brokerHost", ""), ("des", "V5_3_3"),
+    labels = (("cluster", "DefaultCluster"), ("brokerIP", "127.0.0.1:10911"), ("brokerHost", ""), ("des", "V5_3_3"),  # port-ok: data, nothing binds it
               ("boottime", "1700000000000"), ("broker_version", "479"))
     assert m[("rocketmq_brokeruntime_commitlog_maxoffset", labels)] == 9000
     assert m[("rocketmq_brokeruntime_commitlog_disk_ratio", labels)] == 0.42
@@ -203,7 +203,7 @@ async def test_scrapes_arriving_together_share_one_computation_and_a_broken_brok
         def is_master(self) -> bool:
             raise RuntimeError("boom")
 
-    d = directory(good, Broken("broker-x", port=10951))
+    d = directory(good, Broken("broker-x", port=10951))  # port-ok: data, nothing binds it
     exporter = Exporter(d, min_interval_s=60)
     calls = 0
     real = exporter.collect

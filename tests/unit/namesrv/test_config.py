@@ -22,13 +22,13 @@ def test_defaults_match_rocketmq() -> None:
 
 def test_properties_use_rocketmq_keys() -> None:
     cfg = build_config(NamesrvConfig, parse_properties(
-        "# comment\nlistenPort = 19876\nscanNotActiveBrokerInterval: 1000\nenableAllTopicList=false\nrocketmqHome=/x\n"))
+        "# comment\nlistenPort = 19876\nscanNotActiveBrokerInterval: 1000\nenableAllTopicList=false\nrocketmqHome=/x\n"))  # port-ok: data, nothing binds it
     assert cfg.listen_port == 19876 and cfg.scan_not_active_broker_interval_ms == 1000
     assert not cfg.enable_all_topic_list
 
 
 @pytest.mark.parametrize("text,key", [
-    ("listenPort=70000", "listenPort"),
+    ("listenPort=70000", "listenPort"),  # port-ok: data, nothing binds it
     ("listenPort=abc", "listenPort"),
     ("scanNotActiveBrokerInterval=0", "scanNotActiveBrokerInterval"),
     ("brokerChannelExpiredMs=-5", "brokerChannelExpiredMs"),
@@ -41,10 +41,10 @@ def test_invalid_values_name_the_key(text: str, key: str) -> None:
 
 def test_print_config_and_exit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     conf = tmp_path / "namesrv.conf"
-    conf.write_text("listenPort=12345\n")
+    conf.write_text("listenPort=12345\n")  # port-ok: data, nothing binds it
     assert main(["-c", str(conf), "-p"]) == 0
     out = capsys.readouterr().out
-    assert "listenPort=12345\n" in out and "scanNotActiveBrokerInterval=5000\n" in out
+    assert "listenPort=12345\n" in out and "scanNotActiveBrokerInterval=5000\n" in out  # port-ok: data, nothing binds it
 
 
 def test_bad_config_file_exits_with_a_message(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

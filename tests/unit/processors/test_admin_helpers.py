@@ -64,12 +64,12 @@ def _slave_conn(ack: int, slave_id: int, start: int = 0) -> Any:
 def test_ha_runtime_info_of_a_master_and_of_a_slave() -> None:
     master = SimpleNamespace(conns={7: _slave_conn(900, 1), 8: _slave_conn(-1, 2)},
                              effective_set=lambda: frozenset({0, 1}))
-    ha = SimpleNamespace(master=master, slave=None, conns={7: SimpleNamespace(peer="127.0.0.1:51000")},
+    ha = SimpleNamespace(master=master, slave=None, conns={7: SimpleNamespace(peer="127.0.0.1:51000")},  # port-ok: data, nothing binds it
                          master_ha_addr=None, slave_conn=None)
     info = ha_runtime_info(ha, controller_mode=True, max_offset=1000, flushed=1000)  # type: ignore[arg-type]
     assert info["master"] is True and info["masterCommitLogMaxOffset"] == 1000 and info["inSyncSlaveNums"] == 1
     first, second = info["haConnectionInfo"]
-    assert first == {"addr": "127.0.0.1:51000", "diff": 100, "inSync": True, "slaveAckOffset": 900,
+    assert first == {"addr": "127.0.0.1:51000", "diff": 100, "inSync": True, "slaveAckOffset": 900,  # port-ok: data, nothing binds it
                      "transferFromWhere": 0, "transferredByteInSecond": 0}
     assert second["inSync"] is False and second["diff"] == 1000
     classic = ha_runtime_info(ha, controller_mode=False, max_offset=1000, flushed=0)  # type: ignore[arg-type]
@@ -77,10 +77,10 @@ def test_ha_runtime_info_of_a_master_and_of_a_slave() -> None:
 
     now = time.monotonic_ns() // 1_000_000
     slave = SimpleNamespace(last_read_ms=now - 2000, last_write_ms=now - 1000)
-    ha = SimpleNamespace(master=None, slave=slave, conns={}, master_ha_addr="127.0.0.1:10912", slave_conn=object())
+    ha = SimpleNamespace(master=None, slave=slave, conns={}, master_ha_addr="127.0.0.1:10912", slave_conn=object())  # port-ok: data, nothing binds it
     info = ha_runtime_info(ha, controller_mode=False, max_offset=500, flushed=400)  # type: ignore[arg-type]
     client = info["haClientRuntimeInfo"]
-    assert info["master"] is False and client["masterAddr"] == "127.0.0.1:10912" and client["activated"] is True
+    assert info["master"] is False and client["masterAddr"] == "127.0.0.1:10912" and client["activated"] is True  # port-ok: data, nothing binds it
     assert client["maxOffset"] == 500 and client["masterFlushOffset"] == 400
     wall = time.time_ns() // 1_000_000
     assert abs(client["lastReadTimestamp"] - (wall - 2000)) < 1000

@@ -28,8 +28,8 @@ def test_counters_travel_and_add_up() -> None:
 
 
 def test_a_workers_config_comes_back_as_it_was_given() -> None:
-    cfg = GrpcProxyConfig(listen_host="127.0.0.1", listen_port=18081, acl_file_path="/etc/acl.yml", reuse_port=True,
+    cfg = GrpcProxyConfig(listen_host="127.0.0.1", listen_port=18081, acl_file_path="/etc/acl.yml", reuse_port=True,  # port-ok: data, nothing binds it
                           limits=Limits(max_message_size=1024), max_long_polling_ms=9000)
-    spec = json.loads(config_to_wire(cfg, ["127.0.0.1:9876"], 2, 1.5))
+    spec = json.loads(config_to_wire(cfg, ["127.0.0.1:9876"], 2, 1.5))  # port-ok: data, nothing binds it
     assert config_from_wire(spec["config"]) == cfg
-    assert (spec["namesrv"], spec["index"], spec["grace"]) == (["127.0.0.1:9876"], 2, 1.5)
+    assert (spec["namesrv"], spec["index"], spec["grace"]) == (["127.0.0.1:9876"], 2, 1.5)  # port-ok: data, nothing binds it

@@ -59,7 +59,7 @@ async def test_answers_now_later_and_from_a_long_poll_reach_the_caller() -> None
         back.append((addr, cmd.code))
         return None
 
-    conn = LocalConnection(dispatcher(), "127.0.0.1:10911", ("10.9.9.9", 1234), relay)
+    conn = LocalConnection(dispatcher(), "127.0.0.1:10911", ("10.9.9.9", 1234), relay)  # port-ok: data, nothing binds it
     resp = await conn.send(request(1, {"x": "y"}), 1)
     assert resp.body == b"view-y" and isinstance(resp.body, bytes)
     assert (await conn.send(request(2), 1)).remark == "from 10.9.9.9"
@@ -76,7 +76,7 @@ async def test_answers_now_later_and_from_a_long_poll_reach_the_caller() -> None
     deadline = asyncio.get_running_loop().time() + 5
     while not back and asyncio.get_running_loop().time() < deadline:  # the oneway goes out after the answer
         await asyncio.sleep(0)  # sleep-ok: a loop turn of a wait with a deadline
-    assert back == [("127.0.0.1:10911", 39)]
+    assert back == [("127.0.0.1:10911", 39)]  # port-ok: data, nothing binds it
 
 
 async def test_the_guard_refuses_before_any_handler_and_timeouts_are_reported() -> None:

@@ -8,7 +8,7 @@ import pytest
 
 from controller.raft.config import RaftConfig
 
-PEERS = {"n1": "127.0.0.1:7001", "n2": "127.0.0.1:7002", "n3": "127.0.0.1:7003"}
+PEERS = {"n1": "127.0.0.1:7001", "n2": "127.0.0.1:7002", "n3": "127.0.0.1:7003"}  # port-ok: data, nothing binds it
 
 
 def cfg(**kw: Any) -> RaftConfig:
