@@ -132,7 +132,7 @@ class Popper:
         if read is None:
             return
         offset, r = read
-        offsets, buffers, nxt = list(r.queue_offsets), list(r.buffers), r.next_begin_offset
+        offsets, buffers, nxt = r.queue_offsets, r.buffers, r.next_begin_offset
         size = r.buffer_total_size
         if req.order:  # acknowledged (or dead-lettered) messages are never handed out again
             offsets, buffers, nxt = self._unresolved(req, q, offsets, buffers, nxt, want)
@@ -201,8 +201,8 @@ class Popper:
         core = self.core
         _, topic, qid = q
         counts = tuple(core.state.delivered_count(q, o) for o in offsets) if req.order else ()
-        ck = Checkpoint(req.group, topic, qid, start, out.pop_time, req.invisible, tuple(offsets), nxt, req.order,
-                        counts)
+        held = range(start, nxt) if nxt - start == len(offsets) else tuple(offsets)  # every offset read: a range
+        ck = Checkpoint(req.group, topic, qid, start, out.pop_time, req.invisible, held, nxt, req.order, counts)
         if ck.key in core.state.cks:  # a reset let this queue be read from the same start in the same ms: next pop
             return
         if out.deferred:

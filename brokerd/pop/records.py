@@ -49,15 +49,15 @@ class RecordError(ValueError):
     """A revive-log record this broker cannot read."""
 
 
-@dataclass(frozen=True, slots=True)
-class Checkpoint:
+@dataclass(slots=True)
+class Checkpoint:  # not frozen: one is made per pop, and a frozen dataclass's __init__ costs six times as much
     group: str
     topic: str
     queue_id: int
     start: int  # where the read began (the ckQueueOffset of the handles)
     pop_time: int
     invisible: int
-    offsets: tuple[int, ...]
+    offsets: tuple[int, ...] | range  # ascending; a range when the read handed out every offset it passed
     next: int  # the queue's next pop position after this read
     order: bool = False
     counts: tuple[int, ...] = ()  # FIFO: each offset's previous deliveries (its reconsume times)
@@ -75,8 +75,8 @@ class Checkpoint:
         return self.pop_time + self.invisible
 
 
-@dataclass(frozen=True, slots=True)
-class Ack:
+@dataclass(slots=True)
+class Ack:  # not frozen: made per acknowledged checkpoint
     key: CkKey
     offsets: tuple[int, ...]
 
@@ -104,30 +104,25 @@ def encode_ops(ops: Sequence[Op]) -> bytes:
     """One ``ops`` record: ``[2, names, rows]``, each row an operation naming group and topic by their index in
     ``names``, offsets as runs from the checkpoint's start (``runs``)."""
     names: dict[str, int] = {}
-
-    def ix(name: str) -> int:
-        i = names.get(name)
-        if i is None:
-            i = names[name] = len(names)
-        return i
-
+    ix = names.setdefault  # ix(name, len(names)): the name's index, the next one when new
     rows: list[list[Any]] = []
     for op in ops:
         if type(op) is Ack:
             g, t, q, s, pt = op.key
-            rows.append([_OP_ACK, ix(g), ix(t), q, s, pt, runs(op.offsets, s)])
+            rows.append([_OP_ACK, ix(g, len(names)), ix(t, len(names)), q, s, pt, runs(op.offsets, s)])
         elif type(op) is Checkpoint:
-            row = [_OP_CK, ix(op.group), ix(op.topic), op.queue_id, op.start, op.pop_time, op.invisible,
-                   runs(op.offsets, op.start), op.next - op.start]
+            row = [_OP_CK, ix(op.group, len(names)), ix(op.topic, len(names)), op.queue_id, op.start, op.pop_time,
+                   op.invisible, runs(op.offsets, op.start), op.next - op.start]
             if op.order:
                 row.append(list(op.counts))
             rows.append(row)
         elif type(op) is Renew:
             g, t, q, s, pt = op.key
-            rows.append([_OP_RENEW, ix(g), ix(t), q, s, pt, op.offset, op.new_pop_time, op.invisible])
+            rows.append([_OP_RENEW, ix(g, len(names)), ix(t, len(names)), q, s, pt, op.offset, op.new_pop_time,
+                         op.invisible])
         elif type(op) is Reset:
             g, t, q = op.qkey
-            rows.append([_OP_RESET, ix(g), ix(t), q, op.offset])
+            rows.append([_OP_RESET, ix(g, len(names)), ix(t, len(names)), q, op.offset])
         else:
             raise TypeError(f"not a revive-log operation: {op!r}")
     return _pack([OPS_FORMAT, list(names), rows])
@@ -171,6 +166,8 @@ def runs(offsets: Sequence[int], base: int) -> list[int]:
     out: list[int] = []
     if not offsets:
         return out
+    if type(offsets) is range and offsets.step == 1:
+        return [offsets.start - base, len(offsets)]
     first, n = offsets[0], len(offsets)
     if offsets[-1] - first == n - 1 and (n < 3 or tuple(offsets) == tuple(range(first, first + n))):
         return [first - base, n]  # one run: what a pop of consecutive messages hands out

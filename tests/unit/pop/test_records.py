@@ -45,6 +45,13 @@ def test_runs_keep_any_offsets_exactly(offsets: list[int], base: int) -> None:
     assert offsets_of(runs(offsets, base), base) == tuple(offsets)
 
 
+def test_a_range_of_offsets_is_one_run() -> None:
+    """A pop that handed out every offset it read carries them as a range: one run, read back as the same offsets."""
+    assert runs(range(1_000, 1_032), 990) == [10, 32]
+    assert offsets_of(runs(range(1_000, 1_032), 990), 990) == tuple(range(1_000, 1_032))
+    assert runs(range(5, 5), 0) == []
+
+
 @pytest.mark.parametrize("body", [
     msgpack.packb([2, ["G"], [[0, 0, 0, 0, 0, 1, [0, 1]]]]),  # topic index 0 is fine, queue id 0 ...
 ])
