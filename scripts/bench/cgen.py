@@ -95,7 +95,8 @@ def run(addr: str, topic: str, timeout: float = 900, *, shape: str = "json_uniq"
 def consume_command(addr: str, topic: str, start: list[int], *, end: list[int] | None = None, group: str = "bench_cg",
                     conns: int = 1, max_msgs: int = 32, sub: str = "*", expression_type: str = "TAG",
                     post_sub: bool = False, heartbeat: pathlib.Path | None = None, expect_file: pathlib.Path | None = None,
-                    ts: bool = False, lat_out: pathlib.Path | None = None, timeout: float = 600) -> list[str]:
+                    ts: bool = False, lat_out: pathlib.Path | None = None, commit: bool = False,
+                    timeout: float = 600) -> list[str]:
     """The consumer's command line (see consume.c)."""
     cmd = [_exe("mqconsume"), "--addr", addr, "--topic", topic, "--group", group, "--start", ",".join(map(str, start)),
            "--conns", str(conns), "--max-msgs", str(max_msgs), "--sub", sub, "--type", expression_type,
@@ -104,7 +105,7 @@ def consume_command(addr: str, topic: str, start: list[int], *, end: list[int] |
                         ("--expect-file", expect_file), ("--lat-out", lat_out)):
         if value:
             cmd += [flag, str(value)]
-    return cmd + (["--post-sub"] if post_sub else []) + (["--ts"] if ts else [])
+    return cmd + (["--post-sub"] if post_sub else []) + (["--ts"] if ts else []) + (["--commit"] if commit else [])
 
 
 def consume(addr: str, topic: str, start: list[int], **kw: object) -> dict[str, object]:

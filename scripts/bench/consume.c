@@ -5,7 +5,9 @@
  * The pull header is the Java client's (consumerGroup .. expressionType); the subscription either travels with
  * the pull (--post-sub: FLAG_SUBSCRIPTION) or was registered by a HEART_BEAT frame (--heartbeat FILE: a whole
  * frame, sent first on every connection), as a push consumer sends it by default; without --heartbeat it
- * travels with the pull. An error answer stops that queue's pulls (counted as "other").
+ * travels with the pull. An error answer stops that queue's pulls (counted as "other"). With --commit each pull
+ * carries the queue's consumed offset (FLAG_COMMIT_OFFSET, commitOffset: what it pulled so far), as the Java push
+ * consumer's pulls do once it has an offset, and the broker commits it.
  *
  * Stops when every queue reached its --end offset, when --expect N messages arrived, or when the file
  * --expect-file names exists and holds a count it reached (checked every 100 ms). With --ts each message's body
@@ -21,7 +23,7 @@
 
 static struct {
     const char *group, *topic, *sub, *etype;
-    int post_sub, maxn, suspend_ms, ts;
+    int post_sub, commit, maxn, suspend_ms, ts;
     int nq; long long off[MAX_Q], end[MAX_Q]; int done[MAX_Q], ndone;
     long long pull_q[1 << 16]; double pull_at[1 << 16];  /* by opaque % 65536: the queue and when it was sent */
     long long opaque;
@@ -48,7 +50,8 @@ static int jstr(char *d, size_t cap, const char *s) {
 
 static void pull(conn_t *c, int q) {
     char sub[2048] = "", head[4096];
-    int sysflag = 2 | (C.post_sub ? 4 : 0);  /* FLAG_SUSPEND (| FLAG_SUBSCRIPTION) */
+    long long commit = C.commit && C.off[q] > 0 ? C.off[q] : 0;  /* the Java client's commitOffsetEnable: offset > 0 */
+    int sysflag = (commit ? 1 : 0) | 2 | (C.post_sub ? 4 : 0);  /* (FLAG_COMMIT_OFFSET |) FLAG_SUSPEND (| FLAG_SUBSCRIPTION) */
     if (C.post_sub) {
         char js[1800];
         if (jstr(js, sizeof js, C.sub) < 0) { fprintf(stderr, "mqconsume: subscription too long\n"); exit(2); }
@@ -57,10 +60,10 @@ static void pull(conn_t *c, int q) {
     long long opq = OPQ_BASE + C.opaque++;
     int n = snprintf(head, sizeof head,
         "{\"code\":11,\"extFields\":{\"consumerGroup\":\"%s\",\"topic\":\"%s\",\"queueId\":\"%d\","
-        "\"queueOffset\":\"%lld\",\"maxMsgNums\":\"%d\",\"sysFlag\":\"%d\",\"commitOffset\":\"0\","
+        "\"queueOffset\":\"%lld\",\"maxMsgNums\":\"%d\",\"sysFlag\":\"%d\",\"commitOffset\":\"%lld\","
         "\"suspendTimeoutMillis\":\"%d\"%s,\"subVersion\":\"0\",\"expressionType\":\"%s\"},\"flag\":0,"
         "\"language\":\"JAVA\",\"opaque\":%lld,\"serializeTypeCurrentRPC\":\"JSON\",\"version\":479}",
-        C.group, C.topic, q, C.off[q], C.maxn, sysflag, C.suspend_ms, sub, C.etype, opq);
+        C.group, C.topic, q, C.off[q], C.maxn, sysflag, commit, C.suspend_ms, sub, C.etype, opq);
     buf_reserve(&c->out, (size_t)n + 8);
     char *f = c->out.p + c->out.len;
     put_be32(f, (uint32_t)(n + 4));
@@ -134,7 +137,7 @@ static long long expected(const char *path) {
 
 static void usage(void) {
     fprintf(stderr, "usage: mqconsume --addr HOST:PORT --topic T --start O0,O1,.. [--end E0,E1,..] [--group G]\n"
-                    "  [--conns C] [--max-msgs N] [--suspend-ms MS] [--sub EXPR] [--type TAG|SQL92] [--post-sub]\n"
+                    "  [--conns C] [--max-msgs N] [--suspend-ms MS] [--sub EXPR] [--type TAG|SQL92] [--post-sub] [--commit]\n"
                     "  [--heartbeat FILE] [--expect N | --expect-file FILE] [--ts] [--lat-out FILE] [--timeout S]\n");
     exit(2);
 }
@@ -148,6 +151,7 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--post-sub")) { C.post_sub = 1; continue; }
+        if (!strcmp(a, "--commit")) { C.commit = 1; continue; }
         if (!strcmp(a, "--ts")) { C.ts = 1; continue; }
         if (!v) usage();
         if (!strcmp(a, "--addr")) addr = v;

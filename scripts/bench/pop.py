@@ -9,8 +9,10 @@
    once from nextBeginOffset) next to pop + batch ack (scripts/bench/pop.c: POP_MESSAGE queueId -1, 32, invisible
    60 s, each answer acknowledged at once by one BATCH_ACK_MESSAGE while the next pop goes out) until every
    message is acknowledged; msgs/s, and the broker's CPU per message (``/proc``). The goal: pop + ack >= 0.5 x
-   pull's msgs/s. On the first shape also pop + one ACK_MESSAGE per message (the Java client's
-   ConsumeMessagePopConcurrentlyService and the 5.x SDKs ack each message) on ``--single-ack-share`` of them.
+   pull's msgs/s. On the first shape also the pull with a commitOffset in every pull (``pull_commit``: the Java
+   push consumer's pulls, which commit its offset so far; the plain pull commits nothing) and pop + one
+   ACK_MESSAGE per message (the Java client's ConsumeMessagePopConcurrentlyService and the 5.x SDKs ack each
+   message) on ``--single-ack-share`` of them.
 3. long-poll latency: a POP parked (pollTime 20 s), then one send; the time from the send to the POP's answer,
    ``--latency-samples`` times (goal p99 < 5 ms unloaded).
 4. revive delay: ``--revive-samples`` messages popped with invisibleTime 1000 ms and not acknowledged; a parked
@@ -87,11 +89,12 @@ SHAPES = ((1, 8), (8, 1))  # (connections, requests in flight on each): a client
 # a request per queue in flight (the Java clients' pull and POP push consumers), and a connection per queue
 
 
-def compiled_pull(addr: str, topic: str, queues: int, conns: int) -> dict[str, Any]:
+def compiled_pull(addr: str, topic: str, queues: int, conns: int, commit: bool = False) -> dict[str, Any]:
     """Every queue read from offset 0 to its end by the compiled pull consumer (scripts/bench/consume.c): one pull
-    (32) in flight per queue, queue q on connection q % conns."""
-    return dict(cgen.consume(addr, topic, [0] * queues, end=max_offsets(addr, topic, queues), group=f"bench_pull{conns}",
-                             conns=conns, max_msgs=32, timeout=300))
+    (32) in flight per queue, queue q on connection q % conns; ``commit``: each pull commits the offset so far."""
+    return dict(cgen.consume(addr, topic, [0] * queues, end=max_offsets(addr, topic, queues),
+                             group=f"bench_pull{conns}{'_commit' if commit else ''}", conns=conns, max_msgs=32,
+                             commit=commit, timeout=300))
 
 
 def compiled_pop(addr: str, total: int, conns: int, inflight: int, ack: str) -> dict[str, Any]:
@@ -165,6 +168,9 @@ async def drive(addr: str, pid: int, args: argparse.Namespace) -> dict[str, Any]
                "ratio_msgs_per_s": round(pop["msg_per_s"] / pull["msg_per_s"], 3),
                "ratio_broker_cpu": round(pull["broker_cpu_us_per_msg"] / pop["broker_cpu_us_per_msg"], 3)}
         if (conns, inflight) == SHAPES[0]:
+            row["pull_commit"] = await measured(pid, asyncio.to_thread(compiled_pull, addr, topic, args.queues, conns,
+                                                                       True))
+            row["ratio_to_pull_commit_msgs_per_s"] = round(pop["msg_per_s"] / row["pull_commit"]["msg_per_s"], 3)
             single = int(args.messages * args.single_ack_share)
             row["pop_ack"] = await measured(pid, asyncio.to_thread(compiled_pop, addr, single, conns, inflight, "single"))
             row["ratio_pop_ack_msgs_per_s"] = round(row["pop_ack"]["msg_per_s"] / pull["msg_per_s"], 3)

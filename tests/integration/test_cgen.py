@@ -128,7 +128,7 @@ def test_every_send_shape_from_its_frames_file_is_acknowledged_and_stored(tmp_pa
 def test_the_compiled_consumer_gets_what_its_subscription_selects(tmp_path: pathlib.Path) -> None:
     """mqconsume as a push consumer (subscription registered by its heartbeat): '*' gets everything, a tag filter
     and an SQL92 filter the half they select; open-loop sends carry their due time, so every consumed message has
-    an end-to-end latency."""
+    an end-to-end latency. With --commit each pull commits the queue's offset so far, as the Java push consumer's."""
     c = Cluster(tmp_path, brokers=1, enablePropertyFilter="true").start()
     try:
         addr = c.broker_addr()
@@ -148,6 +148,11 @@ def test_the_compiled_consumer_gets_what_its_subscription_selects(tmp_path: path
             assert out.stat().st_size == want * 8  # one end-to-end latency per message
         got = cgen.consume(addr, "Tagged", [0] * QUEUES, end=end, group="cg_pull", sub="TagB", timeout=60)
         assert got["msgs"] == 400  # no heartbeat: the subscription travels with each pull
+        got = cgen.consume(addr, "Tagged", [0] * QUEUES, end=end, group="cg_commit", commit=True, timeout=60)
+        assert got["msgs"] == 800
+        committed = [int(rpc(addr, 14, {"consumerGroup": "cg_commit", "topic": "Tagged", "queueId": str(q)}).ext["offset"])
+                     for q in range(QUEUES)]  # fmt: skip
+        assert committed == [(e - 1) // 32 * 32 for e in end]  # each pull commits what the ones before it got
     finally:
         c.stop()
 
