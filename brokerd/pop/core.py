@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -95,7 +95,7 @@ class PopCore:
 
     # ------------------------------------------------------------------ records
 
-    def defer_ack(self, key: CkKey, offsets: list[int]) -> None:
+    def defer_ack(self, key: CkKey, offsets: Sequence[int]) -> None:
         """Offsets of checkpoint ``key`` were acknowledged (applied): written at the end of the turn."""
         self.pending.ack(key, offsets)
         self._soon()

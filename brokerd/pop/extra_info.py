@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Sequence
 from typing import Any, Final, NamedTuple
 
 SEP: Final = " "
@@ -218,10 +219,10 @@ class BatchAck(NamedTuple):
     bits: tuple[int, ...]  # the set bit indexes: offsets start_offset + i
 
     @property
-    def offsets(self) -> list[int]:
+    def offsets(self) -> Sequence[int]:
         bits, start = self.bits, self.start_offset
         if bits and bits[-1] == len(bits) - 1:  # bits 0..k-1 (ascending, distinct): one run
-            return list(range(start, start + len(bits)))
+            return range(start, start + len(bits))
         return [start + i for i in bits]
 
 

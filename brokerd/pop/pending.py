@@ -13,7 +13,7 @@ in one write per connection (``Outbox``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import structlog
@@ -51,9 +51,9 @@ class PendingOps:
     def __init__(self, log_: ReviveLog, acks: Callable[[], DurableAcks]) -> None:
         self.log = log_
         self.acks = acks
-        self.ops: list[Op | dict[CkKey, list[int]]] = []
+        self.ops: list[Op | dict[CkKey, list[int] | range]] = []
         self.count = 0  # operations (an ack per checkpoint counts once)
-        self._run: dict[CkKey, list[int]] | None = None  # the open run of acks (the last element of ``ops``)
+        self._run: dict[CkKey, list[int] | range] | None = None  # the open run of acks (the last element of ``ops``)
         self.written: Waiters = {}
         self.durable: Waiters = {}
 
@@ -61,16 +61,18 @@ class PendingOps:
     def idle(self) -> bool:
         return not self.ops and not self.written and not self.durable
 
-    def ack(self, key: CkKey, offsets: list[int]) -> None:
+    def ack(self, key: CkKey, offsets: Sequence[int]) -> None:
         run = self._run
         if run is None:
             run = self._run = {}
             self.ops.append(run)
         got = run.get(key)
         if got is None:
-            run[key] = list(offsets)
+            run[key] = offsets if type(offsets) is range else list(offsets)  # a range: a whole pop's (one run)
             self.count += 1
         else:
+            if type(got) is range:
+                got = run[key] = list(got)
             got.extend(offsets)
 
     def add(self, op: Op) -> None:
@@ -89,7 +91,7 @@ class PendingOps:
         ops: list[Op] = []
         for op in self.ops:
             if type(op) is dict:
-                ops.extend(Ack(key, tuple(offsets)) for key, offsets in op.items())
+                ops.extend(Ack(key, offsets if type(offsets) is range else tuple(offsets)) for key, offsets in op.items())
             else:
                 ops.append(op)  # type: ignore[arg-type]
         written, durable = self.written, self.durable

@@ -78,7 +78,7 @@ class Checkpoint:  # not frozen: one is made per pop, and a frozen dataclass's _
 @dataclass(slots=True)
 class Ack:  # not frozen: made per acknowledged checkpoint
     key: CkKey
-    offsets: tuple[int, ...]
+    offsets: tuple[int, ...] | range
 
 
 @dataclass(frozen=True, slots=True)

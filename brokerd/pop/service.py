@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -173,7 +173,7 @@ class PopService:
             self._arm()
         return out
 
-    def ack(self, q: QKey, start: int, pop_time: int, order: bool, offsets: list[int]) -> Outcome:
+    def ack(self, q: QKey, start: int, pop_time: int, order: bool, offsets: Sequence[int]) -> Outcome:
         """Acknowledge ``offsets`` of the checkpoint a handle names: applied now, written with the turn's other
         acks (``wait_end`` PENDING). SUCCESS when every offset is acknowledged (now or before, its invisible time
         passed or not, as long as it was not revived); NO_MESSAGE when a handle is stale (the others are still

@@ -149,7 +149,7 @@ class PopState:
             return "offset not in flight under this receipt handle (acked, revived or renewed)"
         return None
 
-    def ack_many(self, key: CkKey, offsets: list[int]) -> tuple[list[int], int, str | None]:
+    def ack_many(self, key: CkKey, offsets: Sequence[int]) -> tuple[Sequence[int], int, str | None]:
         """``check`` and ``apply_ack`` of several offsets of one checkpoint: the offsets newly acknowledged, how
         many could not be (neither in flight nor acknowledged before), and why (None when every one could)."""
         cs = self.cks.get(key)
@@ -243,8 +243,8 @@ class PopState:
                 qs.resolved.add(o)
         qs.advance_floor()
 
-    def apply_ack(self, key: CkKey, offsets: Iterable[int]) -> list[int]:
-        """Acknowledge offsets of checkpoint ``key``; returns the ones newly acknowledged."""
+    def apply_ack(self, key: CkKey, offsets: Iterable[int]) -> Sequence[int]:
+        """Acknowledge offsets of checkpoint ``key``; returns the ones newly acknowledged, ascending."""
         cs = self.cks.get(key)
         if cs is None:
             return []
@@ -252,10 +252,13 @@ class PopState:
         hit = pending.intersection(offsets)
         if len(hit) == len(pending):  # every offset still in flight: the usual batch ack of a whole pop
             cs.pending = set()
+            held = cs.ck.offsets
+            done: Sequence[int] = held if type(held) is range and len(held) == len(hit) else sorted(hit)
         else:
             pending.difference_update(hit)
-        cs.acked |= hit
-        done = sorted(hit)
+            done = sorted(hit)
+        if cs.pending or cs.ck.order:  # the checkpoint stays (``_resolved`` drops a settled normal one)
+            cs.acked |= hit
         self._resolved(key, cs, done)
         return done
 
