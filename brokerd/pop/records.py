@@ -104,25 +104,30 @@ def encode_ops(ops: Sequence[Op]) -> bytes:
     """One ``ops`` record: ``[2, names, rows]``, each row an operation naming group and topic by their index in
     ``names``, offsets as runs from the checkpoint's start (``runs``)."""
     names: dict[str, int] = {}
-    ix = names.setdefault  # ix(name, len(names)): the name's index, the next one when new
+
+    def ix(name: str) -> int:
+        i = names.get(name)
+        if i is None:
+            i = names[name] = len(names)
+        return i
+
     rows: list[list[Any]] = []
     for op in ops:
         if type(op) is Ack:
             g, t, q, s, pt = op.key
-            rows.append([_OP_ACK, ix(g, len(names)), ix(t, len(names)), q, s, pt, runs(op.offsets, s)])
+            rows.append([_OP_ACK, ix(g), ix(t), q, s, pt, runs(op.offsets, s)])
         elif type(op) is Checkpoint:
-            row = [_OP_CK, ix(op.group, len(names)), ix(op.topic, len(names)), op.queue_id, op.start, op.pop_time,
-                   op.invisible, runs(op.offsets, op.start), op.next - op.start]
+            row = [_OP_CK, ix(op.group), ix(op.topic), op.queue_id, op.start, op.pop_time, op.invisible,
+                   runs(op.offsets, op.start), op.next - op.start]
             if op.order:
                 row.append(list(op.counts))
             rows.append(row)
         elif type(op) is Renew:
             g, t, q, s, pt = op.key
-            rows.append([_OP_RENEW, ix(g, len(names)), ix(t, len(names)), q, s, pt, op.offset, op.new_pop_time,
-                         op.invisible])
+            rows.append([_OP_RENEW, ix(g), ix(t), q, s, pt, op.offset, op.new_pop_time, op.invisible])
         elif type(op) is Reset:
             g, t, q = op.qkey
-            rows.append([_OP_RESET, ix(g, len(names)), ix(t, len(names)), q, op.offset])
+            rows.append([_OP_RESET, ix(g), ix(t), q, op.offset])
         else:
             raise TypeError(f"not a revive-log operation: {op!r}")
     return _pack([OPS_FORMAT, list(names), rows])
