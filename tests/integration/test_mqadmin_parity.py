@@ -26,10 +26,16 @@ NOT_IN_ROCKETMQ = {"listBrokers", "getAclConfig", "getBrokerConfig", "updateBrok
 
 
 def java_mqadmin(*args: str, namesrv: str | None = None) -> str:
+    return java_mqadmin_run(*args, namesrv=namesrv)[0]
+
+
+def java_mqadmin_run(*args: str, namesrv: str | None = None) -> tuple[str, str]:
+    """RocketMQ's mqadmin: its output without the logging lines, and the end of its stderr (where it reports
+    errors)."""
     r = run_java("remoting", MAIN, [*args, *(["-n", namesrv] if namesrv else [])], timeout=120,
                  env={"ROCKETMQ_HOME": "/nonexistent"})
-    return "".join(line + "\n" for line in r.stdout.splitlines()
-                   if not line.startswith(("SLF4J", "log4j", "RocketMQLog")))
+    out = "".join(line + "\n" for line in r.stdout.splitlines() if not line.startswith(("SLF4J", "log4j", "RocketMQLog")))
+    return out, r.stderr[-1500:]
 
 
 def same(ours: str, theirs: str) -> bool:
@@ -85,8 +91,10 @@ def test_read_commands_print_what_rocketmq_prints(cluster: Cluster) -> None:
             ("updateOrderConf", "-t", "T_par", "-m", "get")]
     mismatched = []
     for args in runs:
-        ours, theirs = mq(*args).stdout, java_mqadmin(*args, namesrv=cluster.namesrv)
+        mine = mq(*args)
+        ours, (theirs, their_err) = mine.stdout, java_mqadmin_run(*args, namesrv=cluster.namesrv)
         if not same(ours, theirs):
             diff = difflib.unified_diff(theirs.splitlines(), ours.splitlines(), "rocketmq", "ours", lineterm="", n=1)
-            mismatched.append(" ".join(args) + "\n" + "\n".join(list(diff)[:12]))
+            mismatched.append(" ".join(args) + "\n" + "\n".join(list(diff)[:12])
+                              + f"\n--- our stderr\n{mine.stderr[-1500:]}\n--- rocketmq's stderr\n{their_err}")
     assert not mismatched, "\n\n".join(mismatched)
