@@ -191,9 +191,11 @@ class ClusterInfo:
                 for _, a in sorted(self.brokers[n].addrs.items())]
 
     def masters_and_slaves(self, cluster: str) -> list[tuple[str | None, list[str]]]:
-        """CommandUtil.fetchMasterAndSlaveDistinguish: (master or None, its slaves) per broker set."""
+        """CommandUtil.fetchMasterAndSlaveDistinguish: (master or None, its slaves) per broker set, in the order
+        it walks the cluster's broker names (a HashSet, as fastjson reads the name server's list)."""
         out = []
-        for n in self.names_in(cluster) or []:
+        names = self.names_in(cluster) or []
+        for n in (names[i] for i in java_hash_order([java_string_hash(n) for n in names])):
             b = self.brokers.get(n)
             if b is not None:
                 out.append((b.master(), [a for i, a in sorted(b.addrs.items()) if i != MASTER_ID]))

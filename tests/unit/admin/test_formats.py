@@ -51,7 +51,14 @@ def test_cluster_walks() -> None:
         '{"brokerAddrTable":{"a":{"brokerAddrs":{"0":"h:1","1":"h:2"},"brokerName":"a","cluster":"C"},'
         '"b":{"brokerAddrs":{"1":"h:4"},"brokerName":"b","cluster":"C"}},"clusterAddrTable":{"C":["b","a"]}}'))
     assert ci.masters("C") == ["h:1"] and ci.all_addrs("C") == ["h:1", "h:2", "h:4"]
-    assert ci.masters_and_slaves("C") == [("h:1", ["h:2"]), (None, ["h:4"])]
+    assert ci.masters_and_slaves("C") == [("h:1", ["h:2"]), (None, ["h:4"])]  # the names' HashSet order
+    pair = ClusterInfo.from_json(loads(
+        '{"brokerAddrTable":{"broker-a":{"brokerAddrs":{"0":"h:1"},"brokerName":"broker-a","cluster":"C"},'
+        '"broker-b":{"brokerAddrs":{"0":"h:2"},"brokerName":"broker-b","cluster":"C"}},'
+        '"clusterAddrTable":{"C":["broker-a","broker-b"]}}'))
+    # RocketMQ walks a HashSet of the names, where broker-b comes before broker-a: two masters in one bucket of
+    # getBrokerConfig -c's HashMap are printed in that order
+    assert pair.masters_and_slaves("C") == [("h:2", []), ("h:1", [])]
     assert ci.name_of_addr("h:4") == "b" and ci.masters("nope") == []
     rows = formats.cluster_rows(ci, ["C"])
     assert [r[1:3] for r in rows] == [("a", 0), ("a", 1), ("b", 1)]
