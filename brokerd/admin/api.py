@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 
 from brokerd.admin.client import AdminClient
-from brokerd.admin.javafmt import java_hash_order
+from brokerd.admin.javafmt import java_set_order
 from brokerd.admin.model import (
     Connection,
     ConsumerConnection,
@@ -24,7 +24,6 @@ from brokerd.admin.model import (
     topic_stats,
 )
 from brokerd.config_file import parse_properties, to_properties
-from brokerd.message.javahash import java_string_hash
 
 
 class Code:
@@ -92,7 +91,7 @@ def _b(v: bool) -> str:
 async def all_topics(c: AdminClient) -> list[str]:
     """TopicList.topicList: a Set<String> in Java, listed in its HashSet iteration order."""
     names = string_list(body_json((await c.namesrv_call(Code.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)).body), "topicList")
-    return [names[i] for i in java_hash_order([java_string_hash(n) for n in names])]
+    return java_set_order(names)
 
 
 async def kv_get(c: AdminClient, namespace: str, key: str) -> str | None:

@@ -15,7 +15,7 @@ from brokerd.admin import api, formats, messaging
 from brokerd.admin.client import AdminClient, AdminError
 from brokerd.admin.cmd_group import examine_consume_stats
 from brokerd.admin.command import Command, Ctx
-from brokerd.admin.javafmt import java_hash_order, java_properties_order, parse_bool
+from brokerd.admin.javafmt import java_hash_order, java_properties_order, java_set_order, parse_bool
 from brokerd.admin.model import StatsItem, broker_stats, compute_24h_sum
 from brokerd.admin.options import Group, Opt, UsageError
 from brokerd.config_file import parse_properties
@@ -52,7 +52,7 @@ async def cluster_list(ctx: Ctx) -> None:
             raise AdminError(f"cluster {wanted} not found. Make sure the specified clusterName exists or the name "
                              "server connected to is correct.")
         names = list(ci.clusters)
-        clusters = [wanted] if wanted else [names[i] for i in java_hash_order([java_string_hash(n) for n in names])]
+        clusters = [wanted] if wanted else java_set_order(names)
         more = ctx.has("m")
         ctx.write(formats.cluster_more_header() if more else formats.cluster_base_header())
         for cluster, name, bid, addr in formats.cluster_rows(ci, clusters):

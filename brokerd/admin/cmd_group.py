@@ -14,11 +14,10 @@ from brokerd.admin import api, formats
 from brokerd.admin.client import AdminClient, AdminError
 from brokerd.admin.command import Command, Ctx, one_of, parse_attributes
 from brokerd.admin.formats_msg import is_push, running_info, running_info_queues
-from brokerd.admin.javafmt import java_hash_order, java_int, parse_bool, version_desc
+from brokerd.admin.javafmt import java_int, java_set_order, parse_bool, version_desc
 from brokerd.admin.jsonx import JSONError, loads
 from brokerd.admin.model import ConsumerConnection, ConsumeStats, MessageQueue, TopicRoute, consume_stats_list
 from brokerd.admin.options import Opt, UsageError
-from brokerd.message.javahash import java_string_hash
 from brokerd.metadata.names import dlq_topic, retry_topic, validate_group
 
 RETRY_PREFIX = "%RETRY%"
@@ -276,7 +275,7 @@ async def get_consumer_config(ctx: Ctx) -> None:
     ci = await c.cluster_info()
     found = []
     names = list(ci.brokers)
-    for name in (names[i] for i in java_hash_order([java_string_hash(n) for n in names])):  # a HashMap in Java
+    for name in java_set_order(names):  # a HashMap in Java
         b = ci.brokers[name]
         addr = b.select_addr()
         cfg = await api.group_config(c, addr, group) if addr else None

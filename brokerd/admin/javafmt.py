@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
+
+from brokerd.message.javahash import java_string_hash
 
 # UtilAll.YYYY_MM_DD_HH_MM_SS_SSS, the format every mqadmin timestamp option accepts besides `now` and millis
 TIMESTAMP_FORMAT = "yyyy-MM-dd#HH:mm:ss:SSS"
@@ -107,6 +109,11 @@ def java_hash_order(hashes: list[int], capacity: int = 16) -> list[int]:
         return (h ^ (h >> 16)) & (cap - 1)
 
     return sorted(range(len(hashes)), key=lambda i: (bucket(hashes[i]), i))
+
+
+def java_set_order(strings: Sequence[str], capacity: int = 16) -> list[str]:
+    """``strings`` (insertion order) in a Java HashSet<String>'s (or HashMap's keys') iteration order."""
+    return [strings[i] for i in java_hash_order([java_string_hash(s) for s in strings], capacity)]
 
 
 def java_properties_order(hashes: list[int]) -> list[int]:

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from brokerd.admin.javafmt import java_hash_order, java_int32
+from brokerd.admin.javafmt import java_hash_order, java_int32, java_set_order
 from brokerd.admin.jsonx import loads, object_key
 from brokerd.message.javahash import java_string_hash
 from brokerd.namesrv.routeinfo import QueueData
@@ -194,8 +194,7 @@ class ClusterInfo:
         """CommandUtil.fetchMasterAndSlaveDistinguish: (master or None, its slaves) per broker set, in the order
         it walks the cluster's broker names (a HashSet, as fastjson reads the name server's list)."""
         out = []
-        names = self.names_in(cluster) or []
-        for n in (names[i] for i in java_hash_order([java_string_hash(n) for n in names])):
+        for n in java_set_order(self.names_in(cluster) or []):
             b = self.brokers.get(n)
             if b is not None:
                 out.append((b.master(), [a for i, a in sorted(b.addrs.items()) if i != MASTER_ID]))
