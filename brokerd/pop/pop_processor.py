@@ -201,8 +201,7 @@ class PopMessageProcessor:
             put_answer(out, conn, resp)
 
     def _header(self, req: PopRequest, out: PopOutcome) -> dict[str, str]:
-        return {"popTime": str(out.pop_time), "invisibleTime": str(req.invisible), "reviveQid": str(out.revive_qid),
-                "restNum": str(out.rest), **out.info.header(req.order)}
+        return empty_header(out.pop_time, req.invisible, out.revive_qid, out.rest) | out.info.header(req.order)
 
     def _answer(self, cmd: RemotingCommand, req: PopRequest, out: PopOutcome) -> RemotingCommand:
         body = b"".join(out.buffers)
