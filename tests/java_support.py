@@ -3,7 +3,7 @@ and ``src/main/java``), built on first use with the machine's Maven from Maven C
 their sources, then run with ``java -cp``.
 
     cp = java_classpath("pop-consumer")          # builds tests/clients/java/pop-consumer once
-    proc = run_java("pop-consumer", "org.example.Main", ["127.0.0.1:9876", "T"], timeout=60)
+    proc = run_java("pop-consumer", "org.example.Main", ["127.0.0.1:9876", "T"], timeout=60)  # port-ok: an example in a docstring
 
 ``scripts/test`` installs a JDK and Maven when they are missing; the build runs in the test process, so a fresh
 clone's test run fetches what it needs itself.

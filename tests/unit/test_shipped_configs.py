@@ -17,7 +17,7 @@ CONF = pathlib.Path(__file__).resolve().parents[2] / "conf"
 
 def test_default_container_hosts_broker_a_and_b_with_embedded_namesrv() -> None:
     cfg = load_container_config(str(CONF / "broker-container.conf"))
-    assert cfg.embedded_namesrv_enable and cfg.embedded_namesrv_port == 9876 and cfg.listen_port == 10811
+    assert cfg.embedded_namesrv_enable and cfg.embedded_namesrv_port == 9876 and cfg.listen_port == 10811  # port-ok: a config value read back, nothing binds it
     brokers = {load_broker_config(p).broker_name: load_broker_config(p).listen_port for p in cfg.broker_paths}
     assert brokers == {"broker-a": 10911, "broker-b": 10921}
 

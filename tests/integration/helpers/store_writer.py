@@ -22,7 +22,7 @@ from brokerd.store.config import StoreConfig
 from brokerd.store.message_store import MessageStore
 from brokerd.store.results import PutStatus
 
-STORE_HOST = ("127.0.0.1", 10911)
+STORE_HOST = ("127.0.0.1", 10911)  # port-ok: the host written into records, nothing binds it
 TOPICS = ("CrashA", "CrashB")
 
 

@@ -22,8 +22,8 @@ def test_shipped_3n_configs_parse() -> None:
         ids.add(cfg.self_id)
         assert cfg.peers == {"n0": "127.0.0.1:9877", "n1": "127.0.0.1:9878", "n2": "127.0.0.1:9879"}  # port-ok: data, nothing binds it
         assert cfg.raft_peers["n2"] == "127.0.0.1:10879"  # port-ok: data, nothing binds it
-        assert cfg.listen_port == 9877 + i and cfg.broker_heartbeat_timeout_ms == 3000
-        assert cfg.namesrv_listen_port == 9876 + 10 * i
+        assert cfg.listen_port == 9877 + i and cfg.broker_heartbeat_timeout_ms == 3000  # port-ok: a config value read back, nothing binds it
+        assert cfg.namesrv_listen_port == 9876 + 10 * i  # port-ok: a config value read back, nothing binds it
     assert ids == {"n0", "n1", "n2"}
 
 

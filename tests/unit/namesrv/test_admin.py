@@ -23,7 +23,7 @@ def call(svc: NamesrvService, code: int, ext: dict[str, str] | None = None, body
 
 
 class _Peer:
-    remote_addr = ("127.0.0.1", 50000)
+    remote_addr = ("127.0.0.1", 50000)  # port-ok: a fake peer address, nothing binds it
 
 
 def call_with_peer(svc: NamesrvService, code: int, ext: dict[str, str] | None = None,

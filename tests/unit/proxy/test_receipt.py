@@ -20,7 +20,7 @@ from brokerd.proxy.receipt import (
 def msg(topic: str, qid: int, offset: int, phys: int, **props: str) -> m.MessageExt:
     return m.MessageExt(store_size=0, magic=m.MAGIC_V1, body_crc=0, queue_id=qid, flag=0, queue_offset=offset,
                         commit_log_offset=phys, sys_flag=0, born_timestamp=1, born_host=("127.0.0.1", 1),
-                        store_timestamp=2, store_host=("127.0.0.1", 10911), reconsume_times=0,
+                        store_timestamp=2, store_host=("127.0.0.1", 10911), reconsume_times=0,  # port-ok: the host written into records, nothing binds it
                         prepared_transaction_offset=0, body=b"x", topic=topic, properties=dict(props))
 
 

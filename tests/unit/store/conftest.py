@@ -13,7 +13,7 @@ from brokerd.message import MessageInner
 from brokerd.store.config import StoreConfig
 from brokerd.store.message_store import MessageStore
 
-STORE_HOST = ("127.0.0.1", 10911)
+STORE_HOST = ("127.0.0.1", 10911)  # port-ok: the host written into records, nothing binds it
 BORN_HOST = ("10.0.0.7", 40000)
 # Disk ratios at 1.0: these tests must not depend on how full the host's disk is (see test_disk_full_*).
 SMALL = {"max_hash_slot_num": 1024, "max_index_num": 4096, "mapped_file_size_consume_queue": 20 * 1000,

@@ -61,7 +61,7 @@ async def test_prepared_topic_files_are_used_and_a_crash_with_staged_files_recov
         fut.result()
     await crash(store)
     assert any((tmp_path / STAGING_DIR).iterdir())
-    again = MessageStore(config(tmp_path), store_host=("127.0.0.1", 10911))
+    again = MessageStore(config(tmp_path), store_host=("127.0.0.1", 10911))  # port-ok: the host written into records, nothing binds it
     await again.start()
     try:
         got = again.get_message("Prepared", 2, 0, 8)

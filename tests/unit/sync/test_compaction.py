@@ -56,7 +56,7 @@ from brokerd.sync.records import CREATED, DELETED, UPDATED, SyncRecord
 from brokerd.sync.snapshot import Snapshot, SnapshotStore
 from scripts import compact_metadata as job
 
-HOST = ("127.0.0.1", 10911)
+HOST = ("127.0.0.1", 10911)  # port-ok: the host written into records, nothing binds it
 ROOT = Path(__file__).resolve().parents[3]
 
 # ------------------------------------------------------------------------------------------- histories

@@ -26,7 +26,7 @@ from brokerd.sync.journal import JournalError, MetadataJournal
 from brokerd.sync.records import SYNC_TOPICS, SyncRecord
 from brokerd.sync.snapshot import Snapshot
 
-HOST = ("127.0.0.1", 10911)
+HOST = ("127.0.0.1", 10911)  # port-ok: the host written into records, nothing binds it
 
 
 def store_cfg(root: Path) -> StoreConfig:

@@ -41,7 +41,7 @@ from scripts import compact_metadata as job
 from tests.support import until
 from tests.tier_support import backend_of, tier_conf
 
-HOST = ("127.0.0.1", 10911)
+HOST = ("127.0.0.1", 10911)  # port-ok: the host written into records, nothing binds it
 SEG = 64 * 1024
 PAD = b"p" * 1000  # the messages between the change records: ~60 per segment
 HOUR_MS = 3_600_000

@@ -18,7 +18,7 @@ from tests.unit.store.conftest import make_msg
 
 SEG = 64 * 1024
 CFG = TierConfig(segment_size=SEG, chunk_bytes=SEG, upload_interval_ms=10)
-HOST = ("127.0.0.1", 10911)
+HOST = ("127.0.0.1", 10911)  # port-ok: the host written into records, nothing binds it
 
 
 def fill(store: MessageStore, n: int, start: int = 0) -> None:

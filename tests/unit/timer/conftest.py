@@ -52,7 +52,7 @@ def timer_msg(topic: str, uniq: str, due_ms: int, body: bytes = b"payload", **pr
     return MessageInner(topic=topic, queue_id=0, body=body, flag=0,
                         properties={m.UNIQ_KEY: uniq, m.TIMER_DELIVER_MS: str(due_ms), m.KEYS: uniq, **props},
                         sys_flag=0, born_timestamp=now_ms(), born_host=("10.0.0.1", 5000),
-                        store_host=("127.0.0.1", 30911))  # fmt: skip
+                        store_host=("127.0.0.1", 30911))  # fmt: skip; port-ok: the host written into records, nothing binds it
 
 
 def send_timer(b: Broker, msg: MessageInner) -> None:
