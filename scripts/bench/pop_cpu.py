@@ -29,7 +29,6 @@ import gc
 import json
 import os
 import shutil
-import struct
 import subprocess
 import sys
 import tempfile
@@ -44,8 +43,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, ROOT)
 
 from brokerd.pop.extra_info import encode_bitset, parse_info  # noqa: E402
-from brokerd.remoting.codec import decode_payload, encode  # noqa: E402
-from brokerd.remoting.command import RemotingCommand, request  # noqa: E402
+from brokerd.remoting.codec import FrameDecoder, encode  # noqa: E402
+from brokerd.remoting.command import request  # noqa: E402
 from brokerd.remoting.connection import Connection  # noqa: E402
 from scripts.bench import shapes  # noqa: E402
 from scripts.bench.send_path_cpu import QUEUES, FakeTransport, loop_thread_instructions, start_broker  # noqa: E402
@@ -74,15 +73,6 @@ class Capture(FakeTransport):
         return data
 
 
-def answers(data: bytes) -> list[RemotingCommand]:
-    out, pos = [], 0
-    while pos + 4 <= len(data):
-        (n,) = struct.unpack_from(">I", data, pos)
-        out.append(decode_payload(memoryview(data)[pos + 4 : pos + 4 + n]))
-        pos += 4 + n
-    return out
-
-
 def frame(code: int, ext: dict[str, str], opaque: int, body: bytes | None = None) -> bytes:
     cmd = request(code, ext, body)
     cmd.opaque = opaque
@@ -93,7 +83,8 @@ class PullClient:
     """A request per queue in flight, each queue read from 0 to its end."""
 
     def __init__(self, ends: list[int]) -> None:
-        self.offsets, self.ends, self.of_opaque, self.opaque, self.got = [0] * QUEUES, ends, {}, 1, 0
+        self.offsets, self.ends, self.opaque, self.got = [0] * QUEUES, ends, 1, 0
+        self.of_opaque: dict[int, int] = {}  # a pull's opaque -> its queue
 
     def request(self, q: int) -> bytes:
         self.opaque += 1
@@ -108,7 +99,7 @@ class PullClient:
 
     def next(self, data: bytes) -> bytes:
         out = []
-        for r in answers(data):
+        for r in FrameDecoder().feed(data):
             q = self.of_opaque.pop(r.opaque)
             if r.code == 0:
                 nxt = int(r.ext["nextBeginOffset"])
@@ -150,7 +141,7 @@ class PopClient:
 
     def next(self, data: bytes) -> bytes:
         out = []
-        for r in answers(data):
+        for r in FrameDecoder().feed(data):
             if r.opaque in self.acks:
                 self.acks.discard(r.opaque)
                 if r.code != 0:
