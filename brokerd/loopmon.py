@@ -9,9 +9,17 @@ are the process's:
   under ``STALL_MIN`` (1 ms) is not counted; each longer one is one observation of
   ``rocketmq_loop_stall_seconds`` (a histogram), and the longest so far is ``rocketmq_loop_stall_max_seconds``.
   A stall of ``log_ms`` (50 ms) or more is logged (``loop_stall``, with the collector's time inside it);
+* **where a long stall's time went** (``ThreadClock``): for each stall of ``LONG_STALL_S`` (5 ms) or more, the loop
+  thread's time over that tick's whole period (the interval and the stall) is split three ways and added to
+  ``rocketmq_loop_stall_thread_seconds_total{state}``: ``cpu``, the thread ran (work on the loop: callbacks,
+  the collector, the C send lane); ``runqueue``, it was ready but waited for a CPU (the kernel's run-queue wait,
+  ``/proc/thread-self/schedstat``: other processes or threads held every core); ``off_cpu``, neither (asleep: a
+  blocking call, a page fault's disk read, and the loop's own wait for I/O before the stall). Without schedstat
+  (not Linux) ``runqueue`` stays 0 and that time counts as ``off_cpu``;
 * **collections**: ``gc.callbacks`` time every collection: ``rocketmq_gc_pause_seconds{generation}`` (a
   histogram) and the objects each generation's collections freed (``rocketmq_gc_collected_objects_total``);
-  ``rocketmq_gc_frozen_objects`` is what ``gc.freeze`` moved out of the collector's reach (``gc_policy``).
+  ``rocketmq_gc_frozen_objects`` is what ``gc.freeze`` moved out of the collector's reach (``gc_policy``), counted
+  when ``freeze`` froze it: counting walks every frozen object (~6 ms for 300k here), which a scrape must not do.
 
 ``BROKERD_LOOPMON_INTERVAL_MS`` sets the stall timer's period (2; 1 for finer figures, at ~1.8 % of a core on
 an idle broker against ~0.9 %; 0: no stall timer, the collector is still timed). ``BROKERD_STALL_TRACE_MS=N`` (diagnosis only): when the loop stops for N ms, every thread's stack is written
@@ -36,6 +44,8 @@ log = structlog.get_logger(component="loopmon")
 
 INTERVAL_S = 0.002
 STALL_MIN_S = 0.001
+LONG_STALL_S = 0.005  # issue 28's bound on a stall under steady load
+SPLIT_STATES = ("cpu", "runqueue", "off_cpu")
 BUCKETS_S = (0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 GC_BUCKETS_S = (0.0001, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 
@@ -71,6 +81,32 @@ class Histogram:
         return out
 
 
+class ThreadClock:
+    """The calling thread's time so far: (on a CPU, waiting for one) in seconds. CPU from ``time.thread_time``
+    (exact for the running thread); the run-queue wait from the kernel's schedstat of the thread that opened it
+    (0.0 where there is none)."""
+
+    def __init__(self) -> None:
+        try:
+            self._fd: int | None = os.open("/proc/thread-self/schedstat", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            self._fd = None
+
+    def read(self) -> tuple[float, float]:
+        wait = 0.0
+        if self._fd is not None:
+            try:
+                wait = int(os.pread(self._fd, 64, 0).split()[1]) / 1e9
+            except (OSError, IndexError, ValueError):
+                self.close()
+        return time.thread_time(), wait
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
 class LoopMonitor:
     """Loop stalls and collector pauses of this process (see the module docstring); ``clock`` is perf_counter."""
 
@@ -89,6 +125,9 @@ class LoopMonitor:
         self._timer: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._trace_s = 0.0
+        self.split = dict.fromkeys(SPLIT_STATES, 0.0)  # long stalls' periods: where the loop thread's time went
+        self._thread: ThreadClock | None = None
+        self._cpu_at_last = self._wait_at_last = 0.0
 
     # -- the collector ------------------------------------------------------------------------------------------
 
@@ -116,17 +155,25 @@ class LoopMonitor:
         self._last = self.clock()
         self._gc_at_last = self.gc_total_s
         if self.interval > 0:
+            self._thread = ThreadClock()  # opened on the loop's thread: it reads that thread's figures
+            self._cpu_at_last, self._wait_at_last = self._thread.read()
             self._timer = self._loop.call_later(self.interval, self._tick)
 
     def _tick(self) -> None:
         now = self.clock()
         late = now - self._last - self.interval
+        assert self._thread is not None
+        cpu, wait = self._thread.read()
         if late >= STALL_MIN_S:
             self.observe_stall(late)
+            if late >= LONG_STALL_S:
+                self.observe_split(now - self._last, cpu - self._cpu_at_last, wait - self._wait_at_last)
             if late >= self.log_s:
                 log.warning("loop_stall", ms=round(late * 1000, 1),
-                            gc_ms=round((self.gc_total_s - self._gc_at_last) * 1000, 1))
-        self._last = now
+                            gc_ms=round((self.gc_total_s - self._gc_at_last) * 1000, 1),
+                            cpu_ms=round((cpu - self._cpu_at_last) * 1000, 1),
+                            runqueue_ms=round((wait - self._wait_at_last) * 1000, 1))
+        self._last, self._cpu_at_last, self._wait_at_last = now, cpu, wait
         self._gc_at_last = self.gc_total_s
         if self._trace_s > 0:
             faulthandler.dump_traceback_later(self._trace_s, repeat=False, file=sys.stderr)
@@ -136,12 +183,22 @@ class LoopMonitor:
     def observe_stall(self, seconds: float) -> None:
         self.stalls.observe(seconds)
 
+    def observe_split(self, elapsed: float, cpu: float, runqueue: float) -> None:
+        """A long stall's tick period of ``elapsed`` seconds: ``cpu`` of it the thread ran, ``runqueue`` it waited
+        for a CPU, the rest it was off the CPU."""
+        self.split["cpu"] += cpu
+        self.split["runqueue"] += runqueue
+        self.split["off_cpu"] += max(0.0, elapsed - cpu - runqueue)
+
     def stop(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
         if self._trace_s > 0:
             faulthandler.cancel_dump_traceback_later()
+        if self._thread is not None:
+            self._thread.close()
+            self._thread = None
         if self._on_gc in gc.callbacks:
             gc.callbacks.remove(self._on_gc)
         self._loop = None
@@ -163,7 +220,12 @@ class LoopMonitor:
         lines += [f"# HELP {prefix}_loop_stall_max_seconds The longest event-loop stall since start",
                   f"# TYPE {prefix}_loop_stall_max_seconds gauge",
                   f"{prefix}_loop_stall_max_seconds{tail} {self.stalls.max:.6f}",
-                  f"# HELP {prefix}_gc_pause_seconds Garbage-collector pauses, by generation collected",
+                  f"# HELP {prefix}_loop_stall_thread_seconds_total The loop thread's time over stalls of 5 ms or "
+                  "more: running (cpu), waiting for a CPU (runqueue), neither (off_cpu)",
+                  f"# TYPE {prefix}_loop_stall_thread_seconds_total counter"]
+        lines += [f'{prefix}_loop_stall_thread_seconds_total{{{labels}{sep}state="{st}"}} {self.split[st]:.6f}'
+                  for st in SPLIT_STATES]
+        lines += [f"# HELP {prefix}_gc_pause_seconds Garbage-collector pauses, by generation collected",
                   f"# TYPE {prefix}_gc_pause_seconds histogram"]
         for gen, h in enumerate(self.gc_pauses):
             lines += h.lines(f"{prefix}_gc_pause_seconds", f'{labels}{sep}generation="{gen}"')
@@ -172,8 +234,19 @@ class LoopMonitor:
         lines += [f'{prefix}_gc_collected_objects_total{{{labels}{sep}generation="{gen}"}} {n}'
                   for gen, n in enumerate(self.gc_collected)]
         lines += [f"# HELP {prefix}_gc_frozen_objects Objects gc.freeze() put out of the collector's reach",
-                  f"# TYPE {prefix}_gc_frozen_objects gauge", f"{prefix}_gc_frozen_objects{tail} {gc.get_freeze_count()}"]
+                  f"# TYPE {prefix}_gc_frozen_objects gauge", f"{prefix}_gc_frozen_objects{tail} {_frozen}"]
         return "\n".join(lines) + "\n"
+
+
+_frozen = 0  # objects frozen, as counted by the last ``freeze``
+
+
+def freeze() -> int:
+    """``gc.freeze()``, and the objects frozen so far counted once for ``rocketmq_gc_frozen_objects``."""
+    global _frozen
+    gc.freeze()
+    _frozen = gc.get_freeze_count()
+    return _frozen
 
 
 def freeze_heap() -> int:
@@ -182,8 +255,7 @@ def freeze_heap() -> int:
     milliseconds). Cyclic garbage frozen with it is never freed: call it after start-up, not periodically (a
     connection alive at a freeze and closed later would stay). Returns the objects frozen so far."""
     gc.collect(0)
-    gc.freeze()
-    return gc.get_freeze_count()
+    return freeze()
 
 
 def _env_ms(name: str, default: float) -> float:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import os
 import signal
 import sys
@@ -61,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{k}={v}")
         return 0
     configure(os.environ.get("LOG_LEVEL", "INFO"))
-    gc.freeze()  # the modules: start-up's collections need not scan them
+    loopmon.freeze()  # the modules: start-up's collections need not scan them
     uvloop.install()
     return asyncio.run(run(cfg))
 

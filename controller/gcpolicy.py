@@ -37,14 +37,14 @@ class GcPolicy:
         self._task: asyncio.Task[None] | None = None
         self.monitor: loopmon.LoopMonitor | None = None
         if freeze_interval_s > 0:
-            gc.freeze()  # the modules and the config: start-up's collections need not scan them
+            loopmon.freeze()  # the modules and the config: start-up's collections need not scan them
 
     def start(self) -> None:
         self.monitor = loopmon.install()
         if self.freeze_interval_s <= 0:
             return
         gc.collect(0)
-        gc.freeze()
+        loopmon.freeze()
         self._task = asyncio.get_running_loop().create_task(self._run(), name="controller-gc")
 
     async def _run(self) -> None:
@@ -59,7 +59,7 @@ class GcPolicy:
                 log.info("gc_full_collection", ms=round((time.perf_counter() - t) * 1000, 1), collected=collected)
             else:
                 gc.collect(1)  # young garbage only: cheap
-            gc.freeze()
+            loopmon.freeze()
 
     async def stop(self) -> None:
         if self._task is not None:
