@@ -150,6 +150,7 @@ class BrokerConfig:
     pop_min_invisible_time_mills: int = 1  # not RocketMQ keys: the invisibleTime a POP or a change may ask
     max_invisible_time_mills: int = 12 * 3_600_000
     pop_revive_snapshot_records: int = 10_000  # not a RocketMQ key: revive-log records between state snapshots
+    pop_revive_snapshot_ops_per_checkpoint: int = 8  # not a RocketMQ key: and at least this many per checkpoint
     # timer messages (RocketMQ 5, RIP-43; docs/timer.md)
     timer_wheel_enable: bool = True
     timer_precision_ms: int = 1000  # 100, 200, 500 or 1000 (RocketMQ's precisions)
@@ -245,6 +246,9 @@ class BrokerConfig:
                          ("popReviveSnapshotRecords", self.pop_revive_snapshot_records)):  # fmt: skip
             if val <= 0:
                 raise ConfigError(f"{key}: must be > 0, got {val}")
+        if self.pop_revive_snapshot_ops_per_checkpoint < 0:
+            raise ConfigError("popReviveSnapshotOpsPerCheckpoint: must be >= 0, got "
+                              f"{self.pop_revive_snapshot_ops_per_checkpoint}")
         if self.max_invisible_time_mills < self.pop_min_invisible_time_mills:
             raise ConfigError("maxInvisibleTimeMills: must be >= popMinInvisibleTimeMills")
         if not 0 <= self.pop_from_retry_probability <= 100:

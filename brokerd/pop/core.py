@@ -2,7 +2,7 @@
 
 ``PopCore`` is the one place that turns a state change into its consequences: the revive-log records, the
 consumer offsets of the queues whose commit point moved (RIP-81-replicated like every offset), a STATE snapshot
-every ``popReviveSnapshotRecords`` operations, and wake-ups of parked requests when a FIFO queue unblocks.
+every ``popReviveSnapshotRecords`` operations (more with many checkpoints in flight: ``_snapshot_due``), and wake-ups of parked requests when a FIFO queue unblocks.
 
 Records: acks and checkpoints are applied at once and written at the end of the loop turn (``flush``), all the
 operations of a turn in one record (``pending.PendingOps``: in the order they were applied); an operation that
@@ -133,7 +133,7 @@ class PopCore:
             self._flush_soon = None
         if not self.pending.idle:
             self._write(None)
-            if self.log.since_snapshot >= self.broker.cfg.pop_revive_snapshot_records:
+            if self._snapshot_due():
                 self.snapshot()  # everything written is applied
 
     def _write(self, op: Op | None) -> PutMessageResult:
@@ -157,8 +157,17 @@ class PopCore:
         if self.state.moved and not self._commit_soon:
             self._commit_soon = True
             asyncio.get_running_loop().call_later(COMMIT_DELAY_S, self.commit_offsets)
-        if self.log.since_snapshot >= self.broker.cfg.pop_revive_snapshot_records:
+        if self._snapshot_due():
             self.snapshot()
+
+    def _snapshot_due(self) -> bool:
+        """``popReviveSnapshotRecords`` operations since the last snapshot, and ``popReviveSnapshotOpsPerCheckpoint``
+        (8) per checkpoint in flight: a snapshot costs ~3 µs per checkpoint, an operation 10-60 µs, so a large
+        state is written less often and its snapshots stay a few per cent of the loop's POP work (a rebuild
+        replays as many more operations)."""
+        cfg, since = self.broker.cfg, self.log.since_snapshot
+        return (since >= cfg.pop_revive_snapshot_records
+                and since >= cfg.pop_revive_snapshot_ops_per_checkpoint * len(self.state.cks))
 
     def commit_offsets(self) -> None:
         """Store the moved commit points as the groups' consumer offsets now (after the operations that moved

@@ -19,6 +19,7 @@ offsets.
 
 from __future__ import annotations
 
+import gc
 import heapq
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -26,9 +27,21 @@ from typing import Any
 
 import msgpack
 
-from brokerd.pop.records import Ack, Checkpoint, CkKey, Item, Op, QKey, RecordError, Renew, Reset
+from brokerd.pop.records import (
+    Ack,
+    Checkpoint,
+    CkKey,
+    Item,
+    Op,
+    QKey,
+    RecordError,
+    Renew,
+    Reset,
+    offsets_of,
+    runs,
+)
 
-SNAPSHOT_FORMAT = 1
+SNAPSHOT_FORMAT = 2  # a checkpoint's offsets as runs (``records.runs``); 1 (lists) is still read
 
 
 class CkState:
@@ -337,10 +350,14 @@ class PopState:
     def inflight_by_group(self, now: int) -> dict[str, tuple[int, int]]:
         """group -> (messages in flight, of which due: their invisible time passed, not revived yet)."""
         out: dict[str, list[int]] = {}
-        for key, cs in self.cks.items():
+        for key, cs in self.cks.items():  # per checkpoint, not per offset: a scrape's cost on the loop
             f = out.setdefault(key[0], [0, 0])
-            f[0] += len(cs.pending)
-            f[1] += sum(1 for o in cs.pending if cs.deadline(o) <= now)
+            n = len(cs.pending)
+            f[0] += n
+            if cs.deadlines:  # FIFO offsets whose invisible time changed
+                f[1] += sum(1 for o in cs.pending if cs.deadline(o) <= now)
+            elif cs.ck.revive_time <= now:
+                f[1] += n
         for (g, _, _), qs in self.queues.items():  # FIFO offsets delivered before, waiting for the next pop
             if qs.order:
                 live = self.cks.get(qs.live) if qs.live is not None else None
@@ -355,24 +372,36 @@ class PopState:
     # ------------------------------------------------------------------ snapshot
 
     def snapshot(self) -> bytes:
-        queues = [[*q, s.next, s.order, s.floor, sorted(s.counts.items()), sorted(s.resolved), list(s.live or ())]
-                  for q, s in self.queues.items()]
-        cks = [[list(cs.ck.key), cs.ck.invisible, list(cs.ck.offsets), cs.ck.next, cs.ck.order, list(cs.ck.counts),
-                sorted(cs.pending), sorted(cs.acked), sorted(cs.deadlines.items())] for cs in self.cks.values()]
-        out: bytes = msgpack.packb([SNAPSHOT_FORMAT, queues, cks], use_bin_type=True)
+        """The whole state (``SNAPSHOT_FORMAT``): a checkpoint's offsets as runs from its start (a pop of 32
+        consecutive messages is ``[0, 32]``), its pending ones as None while every offset is pending (not
+        acknowledged yet: the usual case, no sort)."""
+        collecting = gc.isenabled()
+        gc.disable()  # it builds a list per checkpoint, no cycles: collections meanwhile would only scan the state
+        try:
+            queues = [[*q, s.next, s.order, s.floor, sorted(s.counts.items()), sorted(s.resolved), list(s.live or ())]
+                      for q, s in self.queues.items()]
+            cks = [_ck_row(cs) for cs in self.cks.values()]
+            out: bytes = msgpack.packb([SNAPSHOT_FORMAT, queues, cks], use_bin_type=True)
+        finally:
+            if collecting:
+                gc.enable()
         return out
 
     @classmethod
     def restore(cls, data: bytes) -> PopState:
         try:
             doc = msgpack.unpackb(data, raw=False, strict_map_key=False)
-            if not isinstance(doc, list) or len(doc) != 3 or doc[0] != SNAPSHOT_FORMAT:
+            if not isinstance(doc, list) or len(doc) != 3 or doc[0] not in (1, SNAPSHOT_FORMAT):
                 raise RecordError("POP state snapshot: unknown layout")
             st = cls()
             for g, t, q, nxt, order, floor, counts, resolved, live in doc[1]:
                 st.queues[(g, t, q)] = QueueState(nxt, bool(order), floor=floor, counts={o: n for o, n in counts},
                                                   resolved=set(resolved), live=tuple(live) if live else None)
             for key, inv, offsets, nxt, order, counts, pending, acked, deadlines in doc[2]:
+                if doc[0] != 1:  # the offsets as runs from the checkpoint's start; pending None: every offset
+                    offsets = offsets_of(offsets, key[3])
+                    if pending is None:
+                        pending = offsets
                 _restore_ck(st, key, inv, offsets, nxt, order, counts, pending, acked, deadlines)
         except (TypeError, ValueError, KeyError) as e:
             raise RecordError(f"POP state snapshot unreadable: {e}") from e
@@ -380,8 +409,17 @@ class PopState:
         return st
 
 
-def _restore_ck(st: PopState, key: list[Any], inv: int, offsets: list[int], nxt: int, order: bool, counts: list[int],
-                pending: list[int], acked: list[int], deadlines: list[list[int]]) -> None:
+def _ck_row(cs: CkState) -> list[Any]:
+    ck = cs.ck
+    s, offsets = ck.start, ck.offsets
+    held = [offsets.start - s, len(offsets)] if type(offsets) is range and offsets else runs(offsets, s)
+    pending = None if len(cs.pending) == len(offsets) else sorted(cs.pending)
+    return [[ck.group, ck.topic, ck.queue_id, s, ck.pop_time], ck.invisible, held, ck.next, ck.order, list(ck.counts),
+            pending, sorted(cs.acked) if cs.acked else [], sorted(cs.deadlines.items()) if cs.deadlines else []]
+
+
+def _restore_ck(st: PopState, key: list[Any], inv: int, offsets: Sequence[int], nxt: int, order: bool, counts: list[int],
+                pending: Sequence[int], acked: Sequence[int], deadlines: list[list[int]]) -> None:
     g, t, q, s, pt = key
     ck = Checkpoint(g, t, q, s, pt, inv, tuple(offsets), nxt, bool(order), tuple(counts))
     cs = CkState(ck, set(pending), set(acked), {o: d for o, d in deadlines})

@@ -127,7 +127,7 @@ async def test_fifo_holds_the_queue_until_acked_and_never_redelivers_an_acked_me
 
 
 async def test_a_restart_rebuilds_the_same_state_from_the_revive_log(harness: HarnessFactory, tmp_path: Path) -> None:
-    h = await harness(tmp_path / "b", pop_revive_snapshot_records=5)
+    h = await harness(tmp_path / "b", pop_revive_snapshot_records=5, pop_revive_snapshot_ops_per_checkpoint=0)
     h.topic(T, 2)
     h.send(T, 10, 0)
     h.send(T, 10, 1, prefix="n")
@@ -152,6 +152,31 @@ async def test_a_restart_rebuilds_the_same_state_from_the_revive_log(harness: Ha
     live = h.svc.state.snapshot()
     h.svc.deactivate()
     h.svc.activate()  # rebuilt from the last snapshot and the records after it
+    assert h.svc.state.snapshot() == live
+
+
+
+async def test_a_state_with_many_checkpoints_in_flight_is_snapshotted_less_often(harness: HarnessFactory,
+                                                                                 tmp_path: Path) -> None:
+    """popReviveSnapshotOpsPerCheckpoint: a snapshot waits for that many operations per checkpoint in flight (its
+    cost grows with them), and the state a restart rebuilds is the same either way."""
+    h = await harness(tmp_path / "b", pop_revive_snapshot_records=2, pop_revive_snapshot_ops_per_checkpoint=2)
+    h.topic(T)
+    h.send(T, 6)
+    h.svc.activate()
+    outs = []
+    for _ in range(6):
+        h.now += 1
+        outs.append(pop(h, 1))  # six checkpoints, six operations: 2 per checkpoint would be 12
+    assert h.svc.core.counters.snapshots == 0
+    for out in outs[:4]:
+        (_, qid, off, _, _), = msgs(out)
+        assert h.svc.ack((G, T, qid), off, out.pop_time, False, [off]).code == ResponseCode.SUCCESS
+        h.end_turn()
+    assert h.svc.core.counters.snapshots == 1  # at the 8th operation: 2 for each of the 4 checkpoints left
+    live = h.svc.state.snapshot()
+    h.svc.deactivate()
+    h.svc.activate()
     assert h.svc.state.snapshot() == live
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import msgpack
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -96,8 +97,11 @@ def test_snapshots_restore_exactly(ops: list[tuple[str, int, bool]]) -> None:
         data = s.snapshot()
         again = PopState.restore(data)
         assert again.snapshot() == data
+        assert PopState.restore(snapshot_v1(s)).snapshot() == data  # what an older broker wrote reads the same
         for q2 in s.queues:
             assert again.commit_of(q2) == s.commit_of(q2)
+        for t in (now - 60, now, now + 60):
+            assert s.inflight_by_group(t) == inflight_per_offset(s, t)
 
 
 def test_record_codecs_round_trip() -> None:
@@ -107,3 +111,41 @@ def test_record_codecs_round_trip() -> None:
     assert BatchEnd.decode(BatchEnd(True, 2).encode()) == BatchEnd(True, 2)
     chunks = state_chunks(b"x" * 10, 4)
     assert [StateChunk.decode(x.encode()) for x in chunks] == chunks and len(chunks) == 3
+
+
+def snapshot_v1(s: PopState) -> bytes:
+    """The state as format 1 wrote it (every offset listed)."""
+    queues = [[*q, qs.next, qs.order, qs.floor, sorted(qs.counts.items()), sorted(qs.resolved), list(qs.live or ())]
+              for q, qs in s.queues.items()]
+    cks = [[list(cs.ck.key), cs.ck.invisible, list(cs.ck.offsets), cs.ck.next, cs.ck.order, list(cs.ck.counts),
+            sorted(cs.pending), sorted(cs.acked), sorted(cs.deadlines.items())] for cs in s.cks.values()]
+    out: bytes = msgpack.packb([1, queues, cks], use_bin_type=True)
+    return out
+
+
+def inflight_per_offset(s: PopState, now: int) -> dict[str, tuple[int, int]]:
+    """``inflight_by_group`` counted offset by offset (the reference)."""
+    out: dict[str, list[int]] = {}
+    for key, cs in s.cks.items():
+        f = out.setdefault(key[0], [0, 0])
+        f[0] += len(cs.pending)
+        f[1] += sum(1 for o in cs.pending if cs.deadline(o) <= now)
+    for (g, _, _), qs in s.queues.items():
+        if qs.order:
+            live = s.cks.get(qs.live) if qs.live is not None else None
+            extra = len(qs.counts) - (len(live.pending) if live is not None else 0)
+            if extra > 0:
+                out.setdefault(g, [0, 0])[0] += extra
+    return {g: (v[0], v[1]) for g, v in out.items()}
+
+
+def test_a_snapshot_of_untouched_pops_writes_runs_not_offsets() -> None:
+    s = PopState()
+    for i in range(100):
+        s.apply_ck(Checkpoint("G", "T", 0, i * 32, 1000 + i, 60_000, range(i * 32, i * 32 + 32), i * 32 + 32))
+    assert len(s.snapshot()) < len(snapshot_v1(s)) / 4
+    half = s.cks[("G", "T", 0, 0, 1000)]
+    s.apply_ack(half.ck.key, range(0, 32, 2))
+    again = PopState.restore(s.snapshot())
+    assert again.cks[half.ck.key].pending == set(range(1, 32, 2)) and again.cks[half.ck.key].acked == set(range(0, 32, 2))
+    assert again.inflight_by_group(1000 + 60_000) == {"G": (100 * 32 - 16, 32 - 16)}
