@@ -114,3 +114,14 @@ def test_prometheus_lines_escape_names_and_carry_the_same_lag() -> None:
     assert f'rocketmq_consumer_lag_messages{{broker="{IDENT}",group="g\\"x\\\\",topic="T"}} 3' in lines
     assert f'rocketmq_topic_max_offset_sum{{broker="{IDENT}",topic="T"}} 5' in lines
     assert "# TYPE rocketmq_consumer_lag_messages gauge" in lines
+
+
+def test_the_scrape_reports_the_rows_lag_and_offset_sums_without_building_the_rows() -> None:
+    b = broker()
+    lines = figures.prometheus_lines(Directory({IDENT: Slot(b)}))
+    expected = {f'rocketmq_consumer_lag_messages{{broker="{IDENT}",group="{r["group"]}",topic="{r["topic"]}"}} '
+                f'{r["lag"]}' for r in figures.group_rows(b) if r["committed"]}
+    expected |= {f'rocketmq_topic_max_offset_sum{{broker="{IDENT}",topic="{r["topic"]}"}} {r["maxOffsetSum"]}'
+                 for r in figures.topic_rows(b)}
+    assert {line for line in lines if not line.startswith("#")} == expected
+    assert len(expected) == 4  # two committed rows (lags 6 and 0), two topics
