@@ -78,7 +78,7 @@ async def test_collections_are_timed_by_generation() -> None:
 def test_a_frozen_heap_is_out_of_the_collectors_reach(monkeypatch: pytest.MonkeyPatch) -> None:
     try:
         frozen = freeze_heap()
-        assert frozen > 0 and gc.get_freeze_count() == frozen
+        assert 0 < gc.get_freeze_count() <= frozen  # a frozen object may die since; none joins without a freeze
         # a scrape shows the count made at the freeze: counting again walks every frozen object (milliseconds)
         monkeypatch.setattr(gc, "get_freeze_count", lambda: pytest.fail("a scrape counted the frozen heap"))
         assert sample(LoopMonitor().render(), "rocketmq_gc_frozen_objects") == frozen

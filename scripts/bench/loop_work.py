@@ -1,0 +1,130 @@
+"""Loop-side work that grows with a broker's state, measured in process: prints one JSON object.
+
+  .venv/bin/python scripts/bench/loop_work.py [--topics 2000] [--groups 500] [--inflight 128000,960000] [--repeat 5]
+
+What the event loop does at once, with nothing else running, for a state of a given size (the best of
+``--repeat`` runs, wall ms; a shared VM's figures swing):
+
+* a ``/metrics`` scrape's consumer-lag and topic-offset lines (``container.dashboard.figures.prometheus_lines``)
+  and the dashboard's groups and topics pages (``group_rows``, ``topic_rows``) of a real broker with ``--topics``
+  topics of 8 queues and ``--groups`` groups, each with committed offsets on 20 topics (8 queues each);
+* the encoding of the consumer-offset file (``prepare_persist_all`` with the offsets changed, every
+  ``flushConsumerOffsetInterval``) and of a RIP-81 metadata snapshot (``meta.snapshot``);
+* for each ``--inflight`` count, a POP state of that many messages in flight (pops of 32 on 8 queues): its
+  per-group figures (``PopState.inflight_by_group``: a scrape and a dashboard poll), a STATE snapshot
+  (``PopState.snapshot``), the same with half of each pop acknowledged, and what a restore of it costs;
+* ``gc_freeze_count_ms``: what counting a frozen heap of 300,000 objects costs (``gc.get_freeze_count``, which
+  a scrape no longer calls).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+import types
+from collections.abc import Callable
+from typing import Any
+
+import uvloop
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
+
+from brokerd.metadata.topic import TopicConfig  # noqa: E402
+from brokerd.pop.records import Checkpoint  # noqa: E402
+from brokerd.pop.state import PopState  # noqa: E402
+from container.dashboard import figures  # noqa: E402
+from scripts.bench.send_path_cpu import FakeTransport, start_broker  # noqa: E402
+
+
+def best_ms(fn: Callable[[], object], repeat: int) -> float:
+    out = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t)
+    return round(min(out) * 1000, 2)
+
+
+async def metadata(topics: int, groups: int, repeat: int, root: str) -> dict[str, Any]:
+    b, _ = await start_broker(root, "broker-a", 21000, "Bench", FakeTransport(), segment=32 << 20, max_index=100_000)
+    try:
+        for i in range(topics):
+            b.meta.topics.update(TopicConfig(f"Topic{i:05d}", 8, 8))
+        for g in range(groups):
+            for t in range(20):
+                for q in range(8):
+                    b.meta.offsets.commit_offset("127.0.0.1:1", f"Group{g:04d}", f"Topic{(g * 7 + t) % topics:05d}", q,
+                                                 100)  # fmt: skip
+        directory = types.SimpleNamespace(brokers={"DefaultCluster:broker-a:0": types.SimpleNamespace(broker=b)})
+
+        def persist_offsets() -> None:
+            b.meta.offsets.commit_offset("127.0.0.1:1", "Group0000", "Topic00000", 0, 101)
+            b.meta.prepare_persist_all()
+
+        return {"topics": topics, "groups": groups, "committed_queues": groups * 160,
+                "scrape_lag_and_topic_lines_ms": best_ms(lambda: figures.prometheus_lines(directory), repeat),
+                "dashboard_groups_ms": best_ms(lambda: figures.group_rows(b), repeat),
+                "dashboard_topics_ms": best_ms(lambda: figures.topic_rows(b), repeat),
+                "offsets_file_encode_ms": best_ms(persist_offsets, repeat),
+                "metadata_snapshot_ms": best_ms(b.meta.snapshot, repeat)}
+    finally:
+        await b.shutdown()
+
+
+def pop_state(inflight: int, half_acked: bool) -> PopState:
+    st, now = PopState(), 1_700_000_000_000
+    for i in range(inflight // 32):
+        q, start = i % 8, (i // 8) * 32
+        ck = Checkpoint("G", "T", q, start, now + i, 60_000, range(start, start + 32), start + 32)
+        st.apply_ck(ck)
+        if half_acked:
+            st.apply_ack(ck.key, range(start, start + 32, 2))
+    return st
+
+
+def pop(inflight: int, repeat: int) -> dict[str, Any]:
+    st = pop_state(inflight, False)
+    half = pop_state(inflight, True)
+    data = half.snapshot()
+    return {"inflight": inflight, "checkpoints": len(st.cks),
+            "group_figures_ms": best_ms(lambda: st.inflight_by_group(1_700_000_030_000), repeat),
+            "snapshot_ms": best_ms(st.snapshot, repeat), "snapshot_bytes": len(st.snapshot()),
+            "snapshot_half_acked_ms": best_ms(half.snapshot, repeat), "snapshot_half_acked_bytes": len(data),
+            "restore_half_acked_ms": best_ms(lambda: PopState.restore(data), max(1, repeat // 2))}
+
+
+def freeze_count(repeat: int) -> float:
+    junk = [[i, str(i)] for i in range(300_000)]
+    gc.freeze()
+    try:
+        return best_ms(gc.get_freeze_count, repeat)
+    finally:
+        gc.unfreeze()
+        del junk
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--topics", type=int, default=2000)
+    ap.add_argument("--groups", type=int, default=500)
+    ap.add_argument("--inflight", default="128000,960000")
+    ap.add_argument("--repeat", type=int, default=5)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-loopwork-") as d:
+        meta = uvloop.run(metadata(args.topics, args.groups, args.repeat, d))
+    doc = {"benchmark": "loop_work", "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
+           "date": time.strftime("%Y-%m-%d %H:%M"), "load_average_1m": os.getloadavg()[0], "metadata": meta,
+           "pop": [pop(int(n), args.repeat) for n in args.inflight.split(",")],
+           "gc_freeze_count_ms_300k": freeze_count(args.repeat)}
+    print(json.dumps(doc, indent=2))
+
+
+if __name__ == "__main__":
+    main()
