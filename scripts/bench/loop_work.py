@@ -31,6 +31,7 @@ import types
 from collections.abc import Callable
 from typing import Any
 
+import structlog
 import uvloop
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -64,8 +65,10 @@ async def metadata(topics: int, groups: int, repeat: int, root: str) -> dict[str
                                                  100)  # fmt: skip
         directory = types.SimpleNamespace(brokers={"DefaultCluster:broker-a:0": types.SimpleNamespace(broker=b)})
 
-        def persist_offsets() -> None:
-            b.meta.offsets.commit_offset("127.0.0.1:1", "Group0000", "Topic00000", 0, 101)
+        moved = iter(range(101, 1_000_000))
+
+        def persist_offsets() -> None:  # one offset moved: the file is encoded whole
+            b.meta.offsets.commit_offset("127.0.0.1:1", "Group0000", "Topic00000", 0, next(moved))
             b.meta.prepare_persist_all()
 
         return {"topics": topics, "groups": groups, "committed_queues": groups * 160,
@@ -117,6 +120,7 @@ def main() -> None:
     ap.add_argument("--inflight", default="128000,960000")
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args()
+    structlog.configure(logger_factory=structlog.PrintLoggerFactory(open(os.devnull, "w")))  # stdout: the JSON only
     with tempfile.TemporaryDirectory(prefix="bench-loopwork-") as d:
         meta = uvloop.run(metadata(args.topics, args.groups, args.repeat, d))
     doc = {"benchmark": "loop_work", "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
