@@ -2,7 +2,8 @@
 
 ``PopCore`` is the one place that turns a state change into its consequences: the revive-log records, the
 consumer offsets of the queues whose commit point moved (RIP-81-replicated like every offset), a STATE snapshot
-every ``popReviveSnapshotRecords`` operations (more with many checkpoints in flight: ``_snapshot_due``), and wake-ups of parked requests when a FIFO queue unblocks.
+every ``popReviveSnapshotRecords`` operations (more with many checkpoints in flight: ``_snapshot_due``), and
+wake-ups of parked requests when a FIFO queue unblocks.
 
 Records: acks and checkpoints are applied at once and written at the end of the loop turn (``flush``), all the
 operations of a turn in one record (``pending.PendingOps``: in the order they were applied); an operation that
