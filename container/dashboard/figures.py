@@ -9,7 +9,7 @@ construction.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
 from brokerd.metadata.names import is_retry_or_dlq_topic
@@ -124,11 +124,20 @@ def group_rows(broker: DashboardBroker) -> list[dict[str, Any]]:
     """One row per (group, topic) with committed offsets: per queue the broker's max offset, the committed
     offset and the lag (max - committed, never negative), plus the group's consumers online on this broker.
     A group online on a topic it has not committed on yet has a row without queues (`committed` false)."""
+    return sorted(iter_group_rows(broker), key=group_row_key)
+
+
+def group_row_key(row: dict[str, Any]) -> tuple[str, str]:
+    return row["group"], row["topic"]
+
+
+def iter_group_rows(broker: DashboardBroker) -> Iterator[dict[str, Any]]:
+    """``group_rows`` one row at a time, unsorted: a caller may give the loop a turn between rows (the tables'
+    entries are read from copies of their lists, so the tables may change meanwhile)."""
     store = broker.store
     online = broker.consumers.groups
-    out = []
     seen = set()
-    for key, offsets in broker.meta.offsets.table().items():
+    for key, offsets in list(broker.meta.offsets.table().items()):
         topic, _, group = key.partition(TOPIC_GROUP_SEPARATOR)
         seen.add((group, topic))
         queues = []
@@ -136,15 +145,13 @@ def group_rows(broker: DashboardBroker) -> list[dict[str, Any]]:
             mx = store.max_offset_in_queue(topic, q)
             queues.append({"queueId": q, "brokerOffset": mx, "consumerOffset": committed, "lag": _lag(mx, committed)})
         info = online.get(group)
-        out.append({"group": group, "topic": topic, "online": len(info.client_ids()) if info is not None else 0,
-                    "committed": True, "lag": sum(q["lag"] for q in queues), "queues": queues})
-    for group, info in online.items():
-        for topic in info.subscriptions:
+        yield {"group": group, "topic": topic, "online": len(info.client_ids()) if info is not None else 0,
+               "committed": True, "lag": sum(q["lag"] for q in queues), "queues": queues}
+    for group, info in list(online.items()):
+        for topic in list(info.subscriptions):
             if (group, topic) not in seen:
-                out.append({"group": group, "topic": topic, "online": len(info.client_ids()), "committed": False,
-                            "lag": 0, "queues": []})
-    out.sort(key=lambda r: (r["group"], r["topic"]))
-    return out
+                yield {"group": group, "topic": topic, "online": len(info.client_ids()), "committed": False,
+                       "lag": 0, "queues": []}
 
 
 def _lag_lines(broker: DashboardBroker, label: str) -> list[str]:

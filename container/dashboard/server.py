@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import orjson
 import structlog
 from aiohttp import web
 
@@ -43,6 +44,7 @@ SECURITY_HEADERS = {
     "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-store",
 }
+GROUP_ROWS_PER_TURN = 200  # ~1.3 µs per committed queue, 8 queues a row: ~2 ms of a turn
 ADMIN_DISABLED = "admin actions are disabled: no credentials source is configured (the dashboard is read-only)"
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -132,26 +134,40 @@ class Dashboard:
     # -- read-only API ---------------------------------------------------------------------------------------
 
     async def _overview(self, request: web.Request) -> web.Response:
-        return web.json_response({"time": time.time(), **figures.overview(self.directory)})
+        return _json_response({"time": time.time(), **figures.overview(self.directory)})
 
     async def _topics(self, request: web.Request) -> web.Response:
-        return web.json_response({"brokers": figures.per_broker(self.directory, figures.topic_rows)})
+        return _json_response({"brokers": figures.per_broker(self.directory, figures.topic_rows)})
 
     async def _grpc(self, request: web.Request) -> web.Response:
-        return web.json_response(self.grpc.snapshot() if self.grpc is not None else {"enabled": False})
+        return _json_response(self.grpc.snapshot() if self.grpc is not None else {"enabled": False})
 
     async def _groups(self, request: web.Request) -> web.Response:
-        return web.json_response({"brokers": figures.per_broker(self.directory, figures.group_rows)})
+        """``figures.per_broker(.., group_rows)``, built ``GROUP_ROWS_PER_TURN`` rows per loop turn (a broker with
+        80,000 committed queues takes ~100 ms to list them: the page, polled every 2 s, must not hold the loop)."""
+        out: list[dict[str, Any]] = []
+        for ident, slot in sorted(self.directory.brokers.items()):
+            rows: list[dict[str, Any]] = []
+            try:
+                for row in figures.iter_group_rows(slot.broker):
+                    rows.append(row)
+                    if len(rows) % GROUP_ROWS_PER_TURN == 0:
+                        await asyncio.sleep(0)  # sleep-ok: a turn for the loop's other work between rows
+            except Exception as e:  # noqa: BLE001 - one broken broker must not blank the page for the others
+                out.append({"identity": ident, "rows": [], "error": str(e)})
+                continue
+            out.append({"identity": ident, "rows": sorted(rows, key=figures.group_row_key)})
+        return _json_response({"brokers": out})
 
     async def _errors(self, request: web.Request) -> web.Response:
-        return web.json_response({"total": self.errors.total, "entries": self.errors.entries()})
+        return _json_response({"total": self.errors.total, "entries": self.errors.entries()})
 
     async def _history(self, request: web.Request) -> web.Response:
-        return web.json_response({"intervalS": self.sample_interval_s, **self.history.rates()})
+        return _json_response({"intervalS": self.sample_interval_s, **self.history.rates()})
 
     async def _session(self, request: web.Request) -> web.Response:
         s = self._current(request)
-        return web.json_response({"adminEnabled": self.credentials is not None,
+        return _json_response({"adminEnabled": self.credentials is not None,
                                   "user": s.user if s else None, "csrf": s.csrf if s else None,
                                   "notice": None if self.credentials is not None else ADMIN_DISABLED})
 
@@ -174,13 +190,13 @@ class Dashboard:
             return _error(401, "unknown account, wrong secret key or not an admin account")
         cookie, session = self.sessions.issue(user, now)
         log.info("dashboard_login", access_key=user, client=client)
-        resp = web.json_response({"user": user, "csrf": session.csrf})
+        resp = _json_response({"user": user, "csrf": session.csrf})
         resp.set_cookie(COOKIE, cookie, httponly=True, samesite="Strict", path="/",
                         max_age=int(self.sessions.ttl_s), secure=request.secure)
         return resp
 
     async def _logout(self, request: web.Request) -> web.Response:
-        resp = web.json_response({"user": None})
+        resp = _json_response({"user": None})
         resp.del_cookie(COOKIE, path="/")
         return resp
 
@@ -225,7 +241,7 @@ class Dashboard:
                  result=reply.code, remark=reply.remark)
         if reply.code != 0:
             return _error(400, reply.remark or f"broker answered code {reply.code}")
-        return web.json_response({"ok": True, "broker": ident, "topic": ext["topic"]})
+        return _json_response({"ok": True, "broker": ident, "topic": ext["topic"]})
 
 
 async def run_broker_request(broker: DashboardBroker, cmd: RemotingCommand) -> RemotingCommand:
@@ -252,4 +268,11 @@ async def _json_body(request: web.Request) -> dict[str, Any]:
 
 
 def _error(status: int, message: str) -> web.Response:
-    return web.json_response({"error": message}, status=status)
+    return _json_response({"error": message}, status=status)
+
+
+def _json_response(data: Any, status: int = 200) -> web.Response:
+    """``web.json_response`` encoded by orjson: the groups page of a broker with 80,000 committed queues encodes in
+    ~7 ms on the loop instead of ~76 (the stdlib's json)."""
+    return web.Response(body=orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS), status=status,
+                        content_type="application/json")
