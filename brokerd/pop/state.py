@@ -411,10 +411,10 @@ class PopState:
 
 def _ck_row(cs: CkState) -> list[Any]:
     ck = cs.ck
-    s, offsets = ck.start, ck.offsets
-    held = [offsets.start - s, len(offsets)] if type(offsets) is range and offsets else runs(offsets, s)
-    pending = None if len(cs.pending) == len(offsets) else sorted(cs.pending)
-    return [[ck.group, ck.topic, ck.queue_id, s, ck.pop_time], ck.invisible, held, ck.next, ck.order, list(ck.counts),
+    s = ck.start
+    pending = None if len(cs.pending) == len(ck.offsets) else sorted(cs.pending)
+    return [[ck.group, ck.topic, ck.queue_id, s, ck.pop_time], ck.invisible, runs(ck.offsets, s), ck.next, ck.order,
+            list(ck.counts),
             pending, sorted(cs.acked) if cs.acked else [], sorted(cs.deadlines.items()) if cs.deadlines else []]
 
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
 from brokerd.metadata.names import is_retry_or_dlq_topic
-from container.dashboard.context import DashboardBroker, DashboardDirectory
+from container.dashboard.context import DashboardBroker, DashboardDirectory, TopicView
 from container.metrics import COUNTERS, escape_label
 
 TOPIC_GROUP_SEPARATOR = "@"
@@ -104,13 +104,18 @@ def _lag(broker_offset: int, committed: int) -> int:
     return max(0, broker_offset - committed)
 
 
+def _queue_ids(tc: TopicView) -> range:
+    """The queues a topic shows: as many as the larger of its read and write queue counts."""
+    return range(max(tc.read_queue_nums, tc.write_queue_nums))
+
+
 def topic_rows(broker: DashboardBroker) -> list[dict[str, Any]]:
     store = broker.store
     out = []
     table = broker.meta.topics
     for name, tc in sorted(table.all().items()):
         queues = []
-        for q in range(max(tc.read_queue_nums, tc.write_queue_nums)):
+        for q in _queue_ids(tc):
             queues.append({"queueId": q, "minOffset": store.min_offset_in_queue(name, q),
                            "maxOffset": store.max_offset_in_queue(name, q)})
         out.append({"topic": name, "perm": tc.perm, "order": tc.order, "readQueueNums": tc.read_queue_nums,
@@ -170,7 +175,7 @@ def _topic_lines(broker: DashboardBroker, label: str) -> list[str]:
     """``topic_rows``' maxOffsetSum, without the rows."""
     max_offset = broker.store.max_offset_in_queue
     return [f'rocketmq_topic_max_offset_sum{{broker="{label}",topic="{escape_label(name)}"}} '
-            f"{sum(max_offset(name, q) for q in range(max(tc.read_queue_nums, tc.write_queue_nums)))}"
+            f"{sum(max_offset(name, q) for q in _queue_ids(tc))}"
             for name, tc in sorted(broker.meta.topics.all().items())]
 
 

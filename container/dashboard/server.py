@@ -168,8 +168,8 @@ class Dashboard:
     async def _session(self, request: web.Request) -> web.Response:
         s = self._current(request)
         return _json_response({"adminEnabled": self.credentials is not None,
-                                  "user": s.user if s else None, "csrf": s.csrf if s else None,
-                                  "notice": None if self.credentials is not None else ADMIN_DISABLED})
+                               "user": s.user if s else None, "csrf": s.csrf if s else None,
+                               "notice": None if self.credentials is not None else ADMIN_DISABLED})
 
     # -- login -----------------------------------------------------------------------------------------------
 

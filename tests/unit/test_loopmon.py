@@ -24,25 +24,36 @@ def sample(text: str, name: str) -> float:
     raise AssertionError(f"{name} not in the text")
 
 
-async def test_an_injected_stall_is_measured_and_exported() -> None:
+async def _stall(mon: LoopMonitor, hold: Callable[[], None], seconds: float) -> dict[str, float]:
+    """The split's growth over one stall of the loop made by ``hold`` (``seconds`` long at least), once the
+    monitor's next tick added it."""
+    await asyncio.sleep(0.01)  # sleep-ok: the monitor's first ticks
+    before = dict(mon.split)
+    loop = asyncio.get_running_loop()
+    held = loop.create_future()
+    loop.call_soon(lambda: (hold(), held.set_result(None)))
+    await held
+    deadline = time.monotonic() + 5
+    while sum(mon.split.values()) - sum(before.values()) < seconds:  # the next tick notes the stall
+        assert time.monotonic() < deadline, "the stall was not seen"
+        await asyncio.sleep(0.002)  # sleep-ok: waiting for the monitor's tick, with a deadline
+    return {k: mon.split[k] - before[k] for k in before}
+
+
+def _spin(cpu_s: float) -> None:
+    """Hold the loop running until this thread has used ``cpu_s`` of CPU."""
+    end = time.thread_time() + cpu_s
+    while time.thread_time() < end:
+        pass
+
+
+async def test_an_injected_stall_is_measured_split_and_exported() -> None:
     mon = LoopMonitor()
     mon.start()
     try:
-        await asyncio.sleep(0.01)  # sleep-ok: the monitor's first ticks
-        loop = asyncio.get_running_loop()
-        held = loop.create_future()
-
-        def hold() -> None:
-            time.sleep(0.06)  # sleep-ok: the stall under test
-            held.set_result(None)
-
-        loop.call_soon(hold)
-        await held
-        deadline = time.monotonic() + 5
-        while mon.stalls.max < 0.05:  # the next tick notes how late it ran
-            assert time.monotonic() < deadline, "the stall was not seen"
-            await asyncio.sleep(0.002)  # sleep-ok: waiting for the monitor's tick, with a deadline
+        slept = await _stall(mon, lambda: time.sleep(0.06), 0.06)  # sleep-ok: a blocking call, the stall under test
         assert 0.05 <= mon.stalls.max < 5.0
+        assert slept["off_cpu"] >= 0.06 and slept["cpu"] < 0.03, slept
         text = mon.render()
         assert sample(text, 'rocketmq_loop_stall_seconds_bucket{le="0.025"}') < sample(
             text, 'rocketmq_loop_stall_seconds_bucket{le="0.1"}')
@@ -86,35 +97,11 @@ def test_a_frozen_heap_is_out_of_the_collectors_reach(monkeypatch: pytest.Monkey
         gc.unfreeze()
 
 
-async def _stall(mon: LoopMonitor, hold: Callable[[], None], seconds: float) -> dict[str, float]:
-    """The split's growth over one stall of the loop made by ``hold`` (``seconds`` long at least), once the
-    monitor's next tick added it."""
-    await asyncio.sleep(0.01)  # sleep-ok: the monitor's first ticks
-    before = dict(mon.split)
-    loop = asyncio.get_running_loop()
-    held = loop.create_future()
-    loop.call_soon(lambda: (hold(), held.set_result(None)))
-    await held
-    deadline = time.monotonic() + 5
-    while sum(mon.split.values()) - sum(before.values()) < seconds:  # the next tick notes the stall
-        assert time.monotonic() < deadline, "the stall was not seen"
-        await asyncio.sleep(0.002)  # sleep-ok: waiting for the monitor's tick, with a deadline
-    return {k: mon.split[k] - before[k] for k in before}
-
-
-def _spin(cpu_s: float) -> None:
-    """Hold the loop running until this thread has used ``cpu_s`` of CPU."""
-    end = time.thread_time() + cpu_s
-    while time.thread_time() < end:
-        pass
-
-
 async def test_a_long_stall_is_split_by_what_the_loop_thread_did() -> None:
     mon = LoopMonitor()
     mon.start()
     try:
-        slept = await _stall(mon, lambda: time.sleep(0.06), 0.06)  # sleep-ok: a blocking call, the stall under test
-        assert slept["off_cpu"] >= 0.06 and slept["cpu"] < 0.03, slept
+        await _stall(mon, lambda: time.sleep(0.06), 0.06)  # sleep-ok: off_cpu, as in the test above
         busy = await _stall(mon, lambda: _spin(0.04), 0.04)
         assert busy["cpu"] >= 0.04, busy
         text = mon.render()
@@ -132,8 +119,8 @@ async def test_a_stall_spent_waiting_for_a_cpu_counts_as_runqueue() -> None:
     wait), which is what a broker sharing its cores with other work sees."""
     if not os.path.exists("/proc/thread-self/schedstat"):
         return  # the kernel does not say: runqueue stays 0 (covered by the other test's off_cpu)
-    cpu = min(os.sched_getaffinity(0))
     mine = os.sched_getaffinity(0)
+    cpu = min(mine)
     rival = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
         os.sched_setaffinity(rival.pid, {cpu})

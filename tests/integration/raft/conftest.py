@@ -46,7 +46,7 @@ class RaftCluster:
         self.socks = {f"n{i + 1}": bind_port0() for i in range(n)}
         self.ports = {nid: s.getsockname()[1] for nid, s in self.socks.items()}
         peers = {nid: f"127.0.0.1:{port}" for nid, port in self.ports.items()}
-        self.client_addrs = {nid: f"127.0.0.1:{20000 + i}" for i, nid in enumerate(peers)}
+        self.client_addrs = {nid: f"127.0.0.1:{20000 + i}" for i, nid in enumerate(peers)}  # port-ok: advertised, never bound
         defaults: dict[str, Any] = dict(
             election_timeout_ms=300, heartbeat_interval_ms=50, tick_ms=10, fsync=True, seed=7,
         )
