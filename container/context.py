@@ -192,6 +192,10 @@ class ExportedOffsets(Protocol):
         """Committed consumer offsets keyed `topic@group` -> {queueId: offset} (a copy)."""
         ...
 
+    def entries(self) -> Mapping[str, Mapping[int, int]]:
+        """The same, the queue maps not copied (not to be changed)."""
+        ...
+
 
 class ExportedMetadata(Protocol):
     @property

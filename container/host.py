@@ -154,8 +154,8 @@ class BrokerContainer:
             return self.namesrv_server.dispatcher
         return None
 
-    def _extra_metrics(self) -> str:
-        text = self.dashboard.metrics_text() if self.dashboard is not None else ""
+    async def _extra_metrics(self) -> str:
+        text = await self.dashboard.metrics_text() if self.dashboard is not None else ""
         return text + (render_grpc(self.grpc.stats, self.grpc.client_counts()) if self.grpc else "")
 
     async def stop(self) -> None:

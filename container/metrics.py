@@ -3,7 +3,7 @@ so nothing leaks between brokers) and `/health`."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Protocol
 
 from aiohttp import web
@@ -210,7 +210,7 @@ class MetricsServer:
     dashboard) to the same application."""
 
     def __init__(self, container: BrokerDirectory, port: int, host: str = "127.0.0.1", *,
-                 extra_text: Callable[[], str] | None = None,
+                 extra_text: Callable[[], Awaitable[str]] | None = None,
                  setup_app: Callable[[web.Application], None] | None = None) -> None:
         self.container = container
         self.requested_port = port
@@ -242,7 +242,7 @@ class MetricsServer:
     async def _metrics(self, request: web.Request) -> web.Response:
         text = render(self.container)
         if self.extra_text is not None:
-            text += self.extra_text()
+            text += await self.extra_text()
         text += await self.exporter.text()
         return web.Response(body=text.encode(),
                             headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})

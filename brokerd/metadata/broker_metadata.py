@@ -36,7 +36,7 @@ from .hook import (
     MetadataChange,
     MetadataHub,
 )
-from .manager import ConfigManager
+from .manager import ConfigManager, ExportParts
 from .offsets import ConsumerOffsetManager, DelayOffsetManager
 from .persist import PersistJob
 from .request_mode import MessageRequestModeManager
@@ -197,6 +197,10 @@ class BrokerMetadata:
     def export_sections(self) -> dict[str, Any]:
         """Every table's document (``ConfigManager.export_state``), keyed as snapshots name them."""
         return {section: mgr.export_state() for section, mgr in self._managers().items()}
+
+    def export_parts(self) -> dict[str, ExportParts]:
+        """``export_sections`` in parts (``ConfigManager.export_parts``)."""
+        return {section: mgr.export_parts() for section, mgr in self._managers().items()}
 
     def adopt_sections(self, sections: dict[str, Any]) -> None:
         """Take a master's tables wholesale (a snapshot): all or nothing; ValueError when malformed."""

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import abc
 import os
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
@@ -50,6 +50,19 @@ class TableFormat:
     version_first: bool = True  # "dataVersion" before the table in the document (RocketMQ's key order)
     bare_int_keys: bool = False  # accept fastjson's unquoted int map keys when reading the file
     version_step_key: str = "versionStep"  # config key of `version_step`, named by its validation error
+
+
+@dataclass(frozen=True, slots=True)
+class ExportParts:
+    """A table's document (``ConfigManager.export_state``) in parts, for an encoder that gives the loop turns
+    between entries: the entries are read from a copy of the table's entry list (a later change may still show in
+    an entry's value: the entry is encoded when reached)."""
+
+    table_field: str
+    data_version: dict[str, int]
+    version_first: bool  # "dataVersion" before the table, as in the document
+    count: int
+    entries: Iterator[tuple[str, Any]]  # (document key, document value), in table order
 
 
 class ConfigManager(abc.ABC, Generic[K, V]):
@@ -113,6 +126,13 @@ class ConfigManager(abc.ABC, Generic[K, V]):
     def export_state(self) -> dict[str, Any]:
         """The file document in RocketMQ's JSON shape (also this table's snapshot section)."""
         return self._document(dict(self._encode_entry(key, value) for key, value in self._table.items()))
+
+    def export_parts(self) -> ExportParts:
+        """``export_state`` in parts (its entries encoded as they are read)."""
+        items = list(self._table.items())
+        fmt = self.FORMAT
+        return ExportParts(fmt.table_field, self._dv.to_json(), fmt.version_first, len(items),
+                           (self._encode_entry(key, value) for key, value in items))
 
     def _document(self, table: Mapping[str, Any]) -> dict[str, Any]:
         if self.FORMAT.version_first:

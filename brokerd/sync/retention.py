@@ -52,19 +52,25 @@ class SnapshotKeeper:
 
     @property
     def latest(self) -> Snapshot | None:
-        """The newest snapshot file (read once; then kept up to date by ``write``)."""
+        """What the newest snapshot file covers, without its sections (read once; then kept up to date by
+        ``write``)."""
         if not self._loaded:
-            self._latest = self.snapshots.latest()
+            snap = self.snapshots.latest()
+            self._latest = snap.head() if snap is not None else None
             self._loaded = True
         return self._latest
 
     def write(self, snap: Snapshot) -> None:
         """Write a snapshot file (blocking: fsync'ed); it becomes ``latest`` unless a newer one was written."""
-        self.snapshots.write(snap)
+        self.write_encoded(snap.head(), snap.encode())
+
+    def write_encoded(self, head: Snapshot, data: bytes) -> None:
+        """``write`` of a snapshot already encoded (``data``; ``head``: what it covers)."""
+        self.snapshots.write_encoded(data, head.created_ms)
         self.written += 1
         cur = self.latest
-        if cur is None or snap.created_ms >= cur.created_ms:
-            self._latest = snap
+        if cur is None or head.created_ms >= cur.created_ms:
+            self._latest = head.head()
 
     def covered(self) -> dict[str, int]:
         snap = self.latest

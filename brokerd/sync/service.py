@@ -18,12 +18,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import structlog
 
+from brokerd.loopwork import run_in_turns
 from brokerd.message import MessageInner
 from brokerd.metadata import BrokerMetadata
 from brokerd.remoting.client import RemotingClient
@@ -36,7 +37,7 @@ from brokerd.sync.follower import FollowedStore, MetadataFollower
 from brokerd.sync.journal import MetadataJournal
 from brokerd.sync.records import SYNC_TOPICS
 from brokerd.sync.retention import RecordQueues, SnapshotKeeper
-from brokerd.sync.snapshot import Snapshot, SnapshotStore
+from brokerd.sync.snapshot import Snapshot, SnapshotStore, encode_steps
 
 SAVE_PERIOD_S = 5.0
 BOOTSTRAP_RETRY_S = 0.5
@@ -169,13 +170,22 @@ class MetadataSync:
         positions = {t: self.store.max_offset_in_queue(t, 0) for t in SYNC_TOPICS}
         return Snapshot(self.meta.export_sections(), positions, _now_ms(), self.keeper.log_offset(positions))
 
+    async def encode_now(self) -> tuple[Snapshot, bytes]:
+        """``snapshot_now`` encoded, in loop turns (``encode_steps``: ~2 ms on the loop at a time, where a whole
+        image of 80,000 committed queues takes ~23 ms): what it covers (no sections) and its bytes."""
+        positions = {t: self.store.max_offset_in_queue(t, 0) for t in SYNC_TOPICS}
+        head = Snapshot({}, positions, _now_ms(), self.keeper.log_offset(positions))
+        data = await run_in_turns(encode_steps(self.meta.export_parts(), positions, head.created_ms, head.log_offset))
+        return head, data
+
     async def write_snapshot(self) -> None:
         """A snapshot file, when records were written since the last one (or none was written yet)."""
         journal = self.journal
         if journal is None or journal.records_total == self._records_at_snapshot:
             return
         records = journal.records_total
-        await asyncio.to_thread(self.keeper.write, self.snapshot_now())
+        head, data = await self.encode_now()
+        await asyncio.to_thread(self.keeper.write_encoded, head, data)
         self._records_at_snapshot = records
 
     async def _keep(self, snap: Snapshot) -> None:
@@ -224,10 +234,14 @@ class MetadataSync:
     def handlers(self) -> dict[int, Any]:
         return {RequestCode.GET_METADATA_SNAPSHOT: self._serve_snapshot}
 
-    def _serve_snapshot(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+    def _serve_snapshot(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand | Awaitable[RemotingCommand]:
         if self.role != "MASTER":
             return cmd.response(ResponseCode.SYSTEM_ERROR, "not a master: no metadata snapshot to serve")
-        return cmd.response(ResponseCode.SUCCESS, None, {}, self.snapshot_now().encode())
+        return self._snapshot_answer(cmd)
+
+    async def _snapshot_answer(self, cmd: RemotingCommand) -> RemotingCommand:
+        _, data = await self.encode_now()
+        return cmd.response(ResponseCode.SUCCESS, None, {}, data)
 
     def snapshot_info(self) -> dict[str, Any]:
         """GET_BROKER_RUNTIME_INFO fields of the latest snapshot file (``SnapshotKeeper.info``)."""

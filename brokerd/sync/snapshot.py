@@ -11,18 +11,21 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from collections.abc import Generator, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final
 
 import msgpack
 
 from brokerd.fsutil import fsync_path
+from brokerd.metadata.manager import ExportParts
 from brokerd.sync.image import SECTIONS
 from brokerd.sync.records import SYNC_TOPICS
 
 SNAPSHOT_FORMAT: Final = "rip81-snapshot/1"
 SNAPSHOT_DIR: Final = "metadataSnapshots"
+ENTRIES_PER_STEP: Final = 64  # ~0.1-0.2 ms of encoding between the encoder's yields
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,10 @@ class Snapshot:
         out: bytes = msgpack.packb({"format": SNAPSHOT_FORMAT, "created": self.created_ms, "positions": self.positions,
                                     "logOffset": self.log_offset, "sections": self.sections}, use_bin_type=True)
         return out
+
+    def head(self) -> Snapshot:
+        """What the snapshot covers, without its sections (what ``SnapshotKeeper`` keeps of the latest one)."""
+        return replace(self, sections={})
 
     @classmethod
     def decode(cls, data: bytes) -> Snapshot:
@@ -55,6 +62,40 @@ class Snapshot:
         return cls(sections, positions, int(doc.get("created") or 0), int(doc.get("logOffset", -1)))
 
 
+def encode_steps(parts: Mapping[str, ExportParts], positions: dict[str, int], created_ms: int,
+                 log_offset: int) -> Generator[None, None, bytes]:
+    """``Snapshot(sections, ...).encode()`` of the sections ``parts`` lay out, the same bytes, written
+    ``ENTRIES_PER_STEP`` table entries a step (``brokerd.loopwork.run_in_turns``: a large image's snapshot holds
+    the loop ~2 ms at a time). Like the whole-image snapshot, the image may hold changes newer than ``positions``
+    (taken first): replaying the records after them gives the same state."""
+    p = msgpack.Packer(use_bin_type=True, autoreset=False)
+    p.pack_map_header(5)
+    for key, value in (("format", SNAPSHOT_FORMAT), ("created", created_ms), ("positions", positions),
+                       ("logOffset", log_offset)):  # fmt: skip
+        p.pack(key)
+        p.pack(value)
+    p.pack("sections")
+    p.pack_map_header(len(parts))
+    for section, part in parts.items():
+        p.pack(section)
+        p.pack_map_header(2)
+        if part.version_first:
+            p.pack("dataVersion")
+            p.pack(part.data_version)
+        p.pack(part.table_field)
+        p.pack_map_header(part.count)
+        for n, (key, value) in enumerate(part.entries, 1):
+            p.pack(key)
+            p.pack(value)
+            if n % ENTRIES_PER_STEP == 0:
+                yield
+        if not part.version_first:
+            p.pack("dataVersion")
+            p.pack(part.data_version)
+    out: bytes = p.bytes()
+    return out
+
+
 class SnapshotStore:
     """The snapshot files of one broker: ``snapshot-<created ms>.msgpack``, newest kept ``keep``."""
 
@@ -63,10 +104,14 @@ class SnapshotStore:
         self.keep = keep
 
     def write(self, snap: Snapshot) -> Path:
+        return self.write_encoded(snap.encode(), snap.created_ms)
+
+    def write_encoded(self, data: bytes, created_ms: int) -> Path:
+        """A snapshot's encoding as the file of time ``created_ms`` (fsync'ed), the oldest beyond ``keep`` gone."""
         self.dir.mkdir(parents=True, exist_ok=True)
-        path = self.dir / f"snapshot-{snap.created_ms or time.time_ns() // 1_000_000:015d}.msgpack"
+        path = self.dir / f"snapshot-{created_ms or time.time_ns() // 1_000_000:015d}.msgpack"
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_bytes(snap.encode())
+        tmp.write_bytes(data)
         fsync_path(tmp)
         os.replace(tmp, path)
         fsync_path(self.dir)

@@ -45,6 +45,10 @@ class OffsetTable(Protocol):
         """Committed consumer offsets keyed `topic@group` -> {queueId: offset}."""
         ...
 
+    def entries(self) -> Mapping[str, Mapping[int, int]]:
+        """The same, the queue maps not copied (not to be changed)."""
+        ...
+
 
 class MetadataView(Protocol):
     @property

@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import inspect
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Generator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ import orjson
 import structlog
 from aiohttp import web
 
+from brokerd.loopwork import STEP_BUDGET_S, run_in_turns
 from brokerd.remoting.codes import RequestCode, ResponseCode
 from brokerd.remoting.command import RemotingCommand, request
 from brokerd.remoting.connection import Connection
@@ -44,15 +45,16 @@ SECURITY_HEADERS = {
     "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-store",
 }
-GROUP_ROWS_PER_TURN = 200  # ~1.3 µs per committed queue, 8 queues a row: ~2 ms of a turn
 ADMIN_DISABLED = "admin actions are disabled: no credentials source is configured (the dashboard is read-only)"
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 class Dashboard:
     def __init__(self, directory: DashboardDirectory, credentials: AdminCredentials | None = None, *,
-                 sample_interval_s: float = 2.0, history_samples: int = 150) -> None:
+                 sample_interval_s: float = 2.0, history_samples: int = 150,
+                 turn_budget_s: float = STEP_BUDGET_S) -> None:
         self.directory = directory
+        self.turn_budget_s = turn_budget_s  # the pages and scrape lines hold the loop this long at a time
         self.credentials = credentials
         self.sample_interval_s = sample_interval_s
         self.history = History(history_samples)
@@ -83,9 +85,9 @@ class Dashboard:
         app.on_startup.append(self._start)
         app.on_cleanup.append(self._stop)
 
-    def metrics_text(self) -> str:
-        """The figures the dashboard adds to `/metrics` (consumer lag, topic offsets)."""
-        return "\n".join(figures.prometheus_lines(self.directory)) + "\n"
+    async def metrics_text(self) -> str:
+        """The figures the dashboard adds to `/metrics` (consumer lag, topic offsets), computed in loop turns."""
+        return "\n".join(await run_in_turns(figures.prometheus_steps(self.directory), self.turn_budget_s)) + "\n"
 
     async def _start(self, app: web.Application) -> None:
         self.errors.install()
@@ -137,27 +139,18 @@ class Dashboard:
         return _json_response({"time": time.time(), **figures.overview(self.directory)})
 
     async def _topics(self, request: web.Request) -> web.Response:
-        return _json_response({"brokers": figures.per_broker(self.directory, figures.topic_rows)})
+        return await self._page(figures.page_json_steps(self.directory, figures.iter_topic_rows))
 
     async def _grpc(self, request: web.Request) -> web.Response:
         return _json_response(self.grpc.snapshot() if self.grpc is not None else {"enabled": False})
 
     async def _groups(self, request: web.Request) -> web.Response:
-        """``figures.per_broker(.., group_rows)``, built ``GROUP_ROWS_PER_TURN`` rows per loop turn (a broker with
-        80,000 committed queues takes ~100 ms to list them: the page, polled every 2 s, must not hold the loop)."""
-        out: list[dict[str, Any]] = []
-        for ident, slot in sorted(self.directory.brokers.items()):
-            rows: list[dict[str, Any]] = []
-            try:
-                for row in figures.iter_group_rows(slot.broker):
-                    rows.append(row)
-                    if len(rows) % GROUP_ROWS_PER_TURN == 0:
-                        await asyncio.sleep(0)  # sleep-ok: a turn for the loop's other work between rows
-            except Exception as e:  # noqa: BLE001 - one broken broker must not blank the page for the others
-                out.append({"identity": ident, "rows": [], "error": str(e)})
-                continue
-            out.append({"identity": ident, "rows": sorted(rows, key=figures.group_row_key)})
-        return _json_response({"brokers": out})
+        return await self._page(figures.page_json_steps(self.directory, figures.iter_group_rows, figures.group_row_key))
+
+    async def _page(self, steps: Generator[None, None, bytearray]) -> web.Response:
+        """A page that grows with the brokers' tables (80,000 committed queues: ~100 ms to list), polled every 2 s
+        while open: built in loop turns."""
+        return web.Response(body=await run_in_turns(steps, self.turn_budget_s), content_type="application/json")
 
     async def _errors(self, request: web.Request) -> web.Response:
         return _json_response({"total": self.errors.total, "entries": self.errors.entries()})

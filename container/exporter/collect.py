@@ -162,7 +162,7 @@ def group_figures(s: Samples, b: ExportedBroker, acc: GroupFigures, now_ms: int,
     cluster, name = cfg.broker_cluster_name, cfg.broker_name
     topics = b.meta.topics.all()
     yield
-    offsets = b.meta.offsets.table()
+    offsets = b.meta.offsets.entries()
     online = b.consumers.groups
     yield
     pairs, owned = consuming_pairs(b, offsets)

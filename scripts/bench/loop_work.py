@@ -10,6 +10,8 @@ What the event loop does at once, with nothing else running, for a state of a gi
   topics of 8 queues and ``--groups`` groups, each with committed offsets on 20 topics (8 queues each);
 * the encoding of the consumer-offset file (``prepare_persist_all`` with the offsets changed, every
   ``flushConsumerOffsetInterval``) and of a RIP-81 metadata snapshot (``meta.snapshot``);
+* ``in_turns``: the scrape lines, the two pages and the RIP-81 snapshot as the broker now runs them, in loop turns
+  (``brokerd.loopwork``): their whole time and the longest the loop is held at once;
 * for each ``--inflight`` count, a POP state of that many messages in flight (pops of 32 on 8 queues): its
   per-group figures (``PopState.inflight_by_group``: a scrape and a dashboard poll), a STATE snapshot
   (``PopState.snapshot``), the same with half of each pop acknowledged, and what a restore of it costs;
@@ -28,7 +30,7 @@ import sys
 import tempfile
 import time
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from typing import Any
 
 import structlog
@@ -37,11 +39,37 @@ import uvloop
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
+from brokerd.loopwork import STEP_BUDGET_S  # noqa: E402
 from brokerd.metadata.topic import TopicConfig  # noqa: E402
 from brokerd.pop.records import Checkpoint  # noqa: E402
 from brokerd.pop.state import PopState  # noqa: E402
+from brokerd.sync.snapshot import encode_steps  # noqa: E402
 from container.dashboard import figures  # noqa: E402
 from scripts.bench.send_path_cpu import FakeTransport, start_broker  # noqa: E402
+
+
+def in_turns_ms(make: Callable[[], Generator[object, None, object]], repeat: int) -> dict[str, float]:
+    """A work generator driven as ``brokerd.loopwork.run_in_turns`` drives it (a turn given each
+    ``STEP_BUDGET_S``): its whole time and the longest the loop was held at once, best of ``repeat``; the collector
+    paused (a collection's pause is the collector's: ``rocketmq_gc_pause_seconds``, whatever runs)."""
+    totals, longest = [], []
+    clock = time.perf_counter
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(repeat):
+            work, most = make(), 0.0
+            t0 = start = clock()
+            for _step in work:
+                now = clock()
+                if now - start >= STEP_BUDGET_S:
+                    most, start = max(most, now - start), clock()
+            end = clock()
+            totals.append(end - t0)
+            longest.append(max(most, end - start))
+    finally:
+        gc.enable()
+    return {"total_ms": round(min(totals) * 1000, 2), "longest_turn_ms": round(min(longest) * 1000, 2)}
 
 
 def best_ms(fn: Callable[[], object], repeat: int) -> float:
@@ -76,7 +104,14 @@ async def metadata(topics: int, groups: int, repeat: int, root: str) -> dict[str
                 "dashboard_groups_ms": best_ms(lambda: figures.group_rows(b), repeat),
                 "dashboard_topics_ms": best_ms(lambda: figures.topic_rows(b), repeat),
                 "offsets_file_encode_ms": best_ms(persist_offsets, repeat),
-                "metadata_snapshot_ms": best_ms(b.meta.snapshot, repeat)}
+                "metadata_snapshot_ms": best_ms(b.meta.snapshot, repeat),
+                "in_turns": {  # what the loop runs since these are built in turns (brokerd/loopwork.py)
+                    "scrape_lag_and_topic_lines": in_turns_ms(lambda: figures.prometheus_steps(directory), repeat),
+                    "dashboard_groups": in_turns_ms(lambda: figures.page_json_steps(
+                        directory, figures.iter_group_rows, figures.group_row_key), repeat),
+                    "dashboard_topics": in_turns_ms(lambda: figures.page_json_steps(directory, figures.iter_topic_rows),
+                                                    repeat),
+                    "metadata_snapshot": in_turns_ms(lambda: encode_steps(b.meta.export_parts(), {}, 0, -1), repeat)}}
     finally:
         await b.shutdown()
 

@@ -38,6 +38,9 @@ class Offsets:
     def table(self) -> dict[str, dict[int, int]]:
         return {k: dict(v) for k, v in self.rows.items()}
 
+    def entries(self) -> dict[str, dict[int, int]]:
+        return dict(self.rows)
+
 
 @dataclass
 class Meta:

@@ -3,6 +3,9 @@ offsets, group lag (never negative), HA state, and the Prometheus lines for lag 
 
 from __future__ import annotations
 
+import orjson
+
+from brokerd.loopwork import run_now
 from container.dashboard import figures
 from container.metrics import render
 from tests.unit.dashboard.fakes import Directory, FakeBroker, Slot, Topic
@@ -102,10 +105,12 @@ def test_a_broker_that_fails_shows_its_error_and_the_others_still_show() -> None
     def boom() -> dict[str, dict[int, int]]:
         raise RuntimeError("metadata unavailable")
 
-    bad.meta.offsets.table = boom  # type: ignore[method-assign]
-    out = figures.per_broker(Directory({"x:bad:0": Slot(bad), IDENT: Slot(good)}), figures.group_rows)
-    assert out[1]["error"] == "metadata unavailable" and out[1]["rows"] == []
-    assert len(out[0]["rows"]) == 4
+    bad.meta.offsets.entries = boom  # type: ignore[method-assign]
+    page = run_now(figures.page_json_steps(Directory({"x:bad:0": Slot(bad), IDENT: Slot(good)}),  # type: ignore[arg-type]
+                                           figures.iter_group_rows, figures.group_row_key))
+    out = orjson.loads(page)["brokers"]
+    assert out[1] == {"identity": "x:bad:0", "rows": [], "error": "metadata unavailable"}
+    assert out[0] == {"identity": IDENT, "rows": figures.group_rows(good)} and len(out[0]["rows"]) == 4
 
 
 def test_prometheus_lines_escape_names_and_carry_the_same_lag() -> None:

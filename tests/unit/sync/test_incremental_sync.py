@@ -2,7 +2,8 @@
 into a real store, its log replicated into a slave's store byte for byte, the slave following it.
 
 Random mutation histories: the slave's image equals the master's after every step that flushed, the pure fold of
-the records equals both, and a snapshot plus the records after it equals the whole history.
+the records equals both, and a snapshot plus the records after it equals the whole history — also a snapshot
+encoded in steps (as the loop writes it) while the master keeps changing between the steps.
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ from brokerd.metadata.subscription import SubscriptionGroupConfig
 from brokerd.metadata.topic import TopicConfig
 from brokerd.store.config import StoreConfig
 from brokerd.store.message_store import MessageStore
+from brokerd.sync import snapshot as snapshot_module
 from brokerd.sync.follower import MetadataFollower
 from brokerd.sync.image import empty_image, fold, image_from_docs, same_image
 from brokerd.sync.journal import JournalError, MetadataJournal
 from brokerd.sync.records import SYNC_TOPICS, SyncRecord
-from brokerd.sync.snapshot import Snapshot
+from brokerd.sync.snapshot import ENTRIES_PER_STEP, Snapshot, encode_steps
 
 HOST = ("127.0.0.1", 10911)  # port-ok: the host written into records, nothing binds it
 
@@ -200,3 +202,56 @@ async def test_a_slave_whose_records_expired_installs_a_snapshot(tmp_path: Path)
         assert not follower.needs_bootstrap() and same_image(image(behind), image(master))
     finally:
         await store.shutdown()
+
+
+def test_a_snapshot_encoded_in_steps_is_the_whole_snapshot(tmp_path: Path) -> None:
+    m = meta_at(tmp_path)
+    rng = random.Random(7)
+    for _ in range(500):
+        mutate(rng, m)
+    for i in range(1000):  # a large offset table
+        m.offsets.commit_offset("h", f"Wide{i}", "T0", i % 8, i)
+    positions, created, log_offset = {t: 3 for t in SYNC_TOPICS}, 1_700_000_000_123, 4096
+    steps = encode_steps(m.export_parts(), positions, created, log_offset)
+    yields = 0
+    try:
+        while True:
+            next(steps)
+            yields += 1
+    except StopIteration as done:
+        data = done.value
+    assert data == Snapshot(m.export_sections(), positions, created, log_offset).encode()
+    assert yields >= 1000 // ENTRIES_PER_STEP
+
+
+@pytest.mark.parametrize("seed", range(6))
+async def test_a_snapshot_encoded_while_the_master_changes_plus_the_records_after_it_is_the_live_image(
+        tmp_path: Path, seed: int, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    monkeypatch.setattr(snapshot_module, "ENTRIES_PER_STEP", 1)  # a step per entry: changes between every two
+    rng = random.Random(seed)
+    ms = MessageStore(store_cfg(tmp_path / "m"), store_host=HOST)
+    await ms.start()
+    try:
+        master = meta_at(tmp_path / "m")
+        master.hub.journal = journal = MetadataJournal(ms, HOST, flush_interval_ms=10_000,
+                                                       flush_commits=rng.choice([1, 5, 1000]))
+        for _ in range(600):
+            mutate(rng, master)
+        if rng.random() < 0.5:
+            journal.flush()  # else buffered offsets are in the tables and their records come after the positions
+        positions = {t: ms.max_offset_in_queue(t, 0) for t in SYNC_TOPICS}
+        steps = encode_steps(master.export_parts(), positions, 1, -1)
+        while True:  # the master changes between the encoder's steps (other callbacks of the loop)
+            for _ in range(rng.randrange(4)):
+                mutate(rng, master)
+            try:
+                next(steps)
+            except StopIteration as done:
+                snap = Snapshot.decode(done.value)
+                break
+        journal.flush()
+        tail = records_of(ms, snap.positions)
+        assert same_image(fold(image_from_docs(snap.sections), tail), image(master)), \
+            f"seed {seed}: {diff(fold(image_from_docs(snap.sections), tail), image(master))}"
+    finally:
+        await ms.shutdown()
