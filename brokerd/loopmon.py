@@ -243,11 +243,23 @@ _frozen = 0  # objects frozen, as counted by the last ``freeze``
 
 
 def freeze() -> int:
-    """``gc.freeze()``, and the objects frozen so far counted once for ``rocketmq_gc_frozen_objects``."""
+    """``gc.freeze()``, and the objects frozen so far for ``rocketmq_gc_frozen_objects``: what this freeze moves
+    (the collector's three generations: after the first freeze only what was promoted since the last one) added to
+    what the earlier ones froze, never a walk of the frozen heap (``gc.get_freeze_count``: ~6 ms at 300k objects,
+    each 10 s in the controller)."""
     global _frozen
+    if _frozen == 0:
+        _frozen = gc.get_freeze_count()  # frozen before this module's first freeze
+    _frozen += sum(len(gc.get_objects(generation)) for generation in range(3))
     gc.freeze()
-    _frozen = gc.get_freeze_count()
     return _frozen
+
+
+def unfreeze() -> None:
+    """``gc.unfreeze()``: every frozen object back in the collector's oldest generation, the count at 0."""
+    global _frozen
+    gc.unfreeze()
+    _frozen = 0
 
 
 def freeze_heap() -> int:

@@ -53,7 +53,7 @@ class GcPolicy:
             await asyncio.sleep(self.freeze_interval_s)
             if self.full_interval_s > 0 and time.monotonic() - last_full >= self.full_interval_s:
                 t = time.perf_counter()
-                gc.unfreeze()
+                loopmon.unfreeze()
                 collected = gc.collect()
                 last_full = time.monotonic()
                 log.info("gc_full_collection", ms=round((time.perf_counter() - t) * 1000, 1), collected=collected)
@@ -69,4 +69,4 @@ class GcPolicy:
         if self.monitor is not None and self.monitor is loopmon.current():
             loopmon.uninstall()
         self.monitor = None
-        gc.unfreeze()
+        loopmon.unfreeze()

@@ -15,8 +15,9 @@ What the event loop does at once, with nothing else running, for a state of a gi
 * for each ``--inflight`` count, a POP state of that many messages in flight (pops of 32 on 8 queues): its
   per-group figures (``PopState.inflight_by_group``: a scrape and a dashboard poll), a STATE snapshot
   (``PopState.snapshot``), the same with half of each pop acknowledged, and what a restore of it costs;
-* ``gc_freeze_count_ms``: what counting a frozen heap of 300,000 objects costs (``gc.get_freeze_count``, which
-  a scrape no longer calls).
+* ``gc_freeze_count_ms_300k``: what counting a frozen heap of 300,000 objects costs (``gc.get_freeze_count``,
+  which a scrape no longer calls), and ``loopmon_freeze_1k_new_next_to_300k_ms``: a later freeze, which counts
+  only what it moves.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ import uvloop
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
+from brokerd import loopmon  # noqa: E402
 from brokerd.loopwork import STEP_BUDGET_S  # noqa: E402
 from brokerd.metadata.topic import TopicConfig  # noqa: E402
 from brokerd.pop.records import Checkpoint  # noqa: E402
@@ -138,13 +140,24 @@ def pop(inflight: int, repeat: int) -> dict[str, Any]:
             "restore_half_acked_ms": best_ms(lambda: PopState.restore(data), max(1, repeat // 2))}
 
 
-def freeze_count(repeat: int) -> float:
+def freeze_count(repeat: int) -> dict[str, float]:
+    """Counting a frozen heap of 300,000 objects (``gc.get_freeze_count``, which a scrape no longer calls), and a
+    later ``loopmon.freeze`` of 1,000 new objects next to it (the controller's every 10 s), which no longer calls it."""
     junk = [[i, str(i)] for i in range(300_000)]
-    gc.freeze()
+    loopmon.freeze()
     try:
-        return best_ms(gc.get_freeze_count, repeat)
+        out = {"gc_freeze_count_ms_300k": best_ms(gc.get_freeze_count, repeat)}
+        times = []
+        for _ in range(repeat):
+            young = [[i] for i in range(1000)]
+            t = time.perf_counter()
+            loopmon.freeze()
+            times.append(time.perf_counter() - t)
+            del young
+        out["loopmon_freeze_1k_new_next_to_300k_ms"] = round(min(times) * 1000, 3)
+        return out
     finally:
-        gc.unfreeze()
+        loopmon.unfreeze()
         del junk
 
 
@@ -161,7 +174,7 @@ def main() -> None:
     doc = {"benchmark": "loop_work", "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
            "date": time.strftime("%Y-%m-%d %H:%M"), "load_average_1m": os.getloadavg()[0], "metadata": meta,
            "pop": [pop(int(n), args.repeat) for n in args.inflight.split(",")],
-           "gc_freeze_count_ms_300k": freeze_count(args.repeat)}
+           **freeze_count(args.repeat)}
     print(json.dumps(doc, indent=2))
 
 

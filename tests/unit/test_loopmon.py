@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import pytest
 
-from brokerd.loopmon import LoopMonitor, freeze_heap
+from brokerd.loopmon import LoopMonitor, freeze, freeze_heap, unfreeze
 
 
 def sample(text: str, name: str) -> float:
@@ -93,8 +93,14 @@ def test_a_frozen_heap_is_out_of_the_collectors_reach(monkeypatch: pytest.Monkey
         # a scrape shows the count made at the freeze: counting again walks every frozen object (milliseconds)
         monkeypatch.setattr(gc, "get_freeze_count", lambda: pytest.fail("a scrape counted the frozen heap"))
         assert sample(LoopMonitor().render(), "rocketmq_gc_frozen_objects") == frozen
+        # a later freeze adds what it moves, without walking what was frozen before
+        young = [[i] for i in range(1000)]
+        assert frozen + 1000 <= freeze() and sample(LoopMonitor().render(), "rocketmq_gc_frozen_objects") >= frozen + 1000
+        del young
     finally:
-        gc.unfreeze()
+        unfreeze()
+    monkeypatch.undo()
+    assert gc.get_freeze_count() == 0 and sample(LoopMonitor().render(), "rocketmq_gc_frozen_objects") == 0
 
 
 async def test_a_long_stall_is_split_by_what_the_loop_thread_did() -> None:
