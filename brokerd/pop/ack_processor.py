@@ -20,7 +20,15 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from brokerd.pop.checks import malformed, queue_error, serving_error, topic_or_error
-from brokerd.pop.extra_info import ExtraInfoError, parse_batch_ack, parse_extra_info, real_topic
+from brokerd.pop.extra_info import (
+    MARKS,
+    POP_ORDER_REVIVE_QUEUE,
+    SEP,
+    ExtraInfoError,
+    parse_batch_ack,
+    parse_extra_info,
+    real_topic,
+)
 from brokerd.pop.pending import Outbox, put_answer
 from brokerd.pop.service import PENDING, Outcome, settled
 from brokerd.remoting.codes import RequestCode, ResponseCode
@@ -68,12 +76,18 @@ class AckMessageProcessor:
         return cmd.response(out.code, out.remark)
 
     def release(self, items: list[Any], status: PutStatus, out: Outbox) -> None:
-        """The record holding these acks is durable (or failed: ``status``)."""
+        """The record holding these acks is durable (or failed: ``status``); an item without an outcome is a
+        common ACK's (SUCCESS)."""
         for conn, cmd, o in items:
             if not cmd.flag & FLAG_ONEWAY:
-                put_answer(out, conn, cmd.response(*_code(o, status)))
+                if o is None and status is PutStatus.PUT_OK:
+                    put_answer(out, conn, cmd.response())
+                else:
+                    put_answer(out, conn, cmd.response(*_code(o or Outcome(ResponseCode.SUCCESS), status)))
 
     def ack(self, conn: Connection, cmd: RemotingCommand) -> object:
+        if self._common_ack(conn, cmd):
+            return None  # answered by ``release`` once its record is durable
         group, topic = cmd.str_field("consumerGroup"), cmd.str_field("topic")
         qid, offset, extra = cmd.int_field("queueId"), cmd.int_field("offset"), cmd.str_field("extraInfo")
         b = self.broker
@@ -96,6 +110,30 @@ class AckMessageProcessor:
                 return cmd.response(ResponseCode.NO_MESSAGE, f"offset is illegal, key:{topic}@{qid}, "
                                                              f"commit:{offset}, store:{low}~{high}")
         return self._answer(conn, cmd, out)
+
+    def _common_ack(self, conn: Connection, cmd: RemotingCommand) -> bool:
+        """The ACK every client sends (each field there and well formed, a normal checkpoint's handle, its offset in
+        flight, the broker serving POP) applied without the general path's objects (an ACK a message: the Java POP
+        consumer's shape); False, with nothing changed, for anything else: ``ack`` decides and answers."""
+        ext = cmd.ext
+        try:
+            group, topic, qid, offset = ext["consumerGroup"], ext["topic"], int(ext["queueId"]), int(ext["offset"])
+            parts = ext["extraInfo"].split(SEP)
+            start, pop_time, invisible, revive_qid = int(parts[0]), int(parts[1]), int(parts[2]), int(parts[3])
+            mark, broker_name = parts[4], parts[5]
+        except (KeyError, ValueError, IndexError):
+            return False
+        if (not group or revive_qid == POP_ORDER_REVIVE_QUEUE or mark not in MARKS or not broker_name or start < 0
+                or pop_time < 0 or invisible < 0):  # fmt: skip
+            return False
+        b = self.broker
+        tc = b.meta.topics.get(topic)
+        if tc is None or not 0 <= qid < tc.read_queue_nums or serving_error(b, self.service, cmd) is not None:
+            return False
+        if not self.service.ack_one((group, topic, qid), start, pop_time, offset):
+            return False
+        self.service.wait_durable(self, (conn, cmd, None))
+        return True
 
     def batch_ack(self, conn: Connection, cmd: RemotingCommand) -> object:
         try:

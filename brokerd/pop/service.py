@@ -173,6 +173,19 @@ class PopService:
             self._arm()
         return out
 
+    def ack_one(self, q: QKey, start: int, pop_time: int, offset: int) -> bool:
+        """The common ACK: ``offset``, in flight under the normal checkpoint a handle names, acknowledged (applied
+        now, written with the turn's other acks); False when it is not in flight there (nothing changed: ``ack``
+        decides the answer)."""
+        core = self.core
+        key = (*q, start, pop_time)
+        if not core.state.ack_now(key, offset):
+            return False
+        core.defer_ack(key, (offset,))
+        core.counters.acks += 1
+        core.changed()
+        return True
+
     def ack(self, q: QKey, start: int, pop_time: int, order: bool, offsets: Sequence[int]) -> Outcome:
         """Acknowledge ``offsets`` of the checkpoint a handle names: applied now, written with the turn's other
         acks (``wait_end`` PENDING). SUCCESS when every offset is acknowledged (now or before, its invisible time
@@ -180,12 +193,9 @@ class PopService:
         acknowledged)."""
         core = self.core
         st = core.state
-        key = st.handle_key(q, start, pop_time, order)
-        if len(offsets) == 1 and not order and st.ack_now(key, offsets[0]):
-            core.defer_ack(key, offsets)
-            core.counters.acks += 1
-            core.changed()
+        if len(offsets) == 1 and not order and self.ack_one(q, start, pop_time, offsets[0]):
             return Outcome(ResponseCode.SUCCESS, None, PENDING)
+        key = st.handle_key(q, start, pop_time, order)
         done, refused, why = st.ack_many(key, offsets)
         if done:
             core.defer_ack(key, done)
