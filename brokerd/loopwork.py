@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import time
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Callable, Generator
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -42,18 +42,6 @@ def run_now(work: Generator[object, None, T]) -> T:
             next(work)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
-
-
-def _collect(items: Iterable[T], out: list[T]) -> Generator[None, None, list[T]]:
-    for item in items:
-        out.append(item)
-        yield
-    return out
-
-
-async def collect_in_turns(items: Iterable[T], budget_s: float = STEP_BUDGET_S) -> list[T]:
-    """``list(items)``, an item a step."""
-    return await run_in_turns(_collect(items, []), budget_s)
 
 
 def sorted_steps(items: list[T], key: Callable[[T], Any]) -> Generator[None, None, list[T]]:

@@ -201,14 +201,16 @@ def page_json_steps(directory: DashboardDirectory, build: Callable[[DashboardBro
     once copied out, so neither building nor freeing a page of 80,000 committed queues (~100k objects, ~7 MB)
     holds the loop at once."""
     out = bytearray(b'{"brokers":[')
-    for ident, slot in sorted(directory.brokers.items()):
+    for i, (ident, slot) in enumerate(sorted(directory.brokers.items())):
+        if i:
+            out += b","
         rows: list[tuple[Any, bytes]] = []
         try:
             for n, row in enumerate(build(slot.broker)):
                 rows.append((key(row) if key is not None else n, orjson.dumps(row, option=orjson.OPT_NON_STR_KEYS)))
                 yield
         except Exception as e:  # noqa: BLE001 - one broken broker must not blank the page for the others
-            out += orjson.dumps({"identity": ident, "rows": [], "error": str(e)}) + b","
+            out += orjson.dumps({"identity": ident, "rows": [], "error": str(e)})
             continue
         if key is not None:
             rows = yield from sorted_steps(rows, itemgetter(0))
@@ -216,16 +218,11 @@ def page_json_steps(directory: DashboardDirectory, build: Callable[[DashboardBro
         out += b'{"identity":' + orjson.dumps(ident) + b',"rows":['
         while rows:
             out += rows.pop()[1]
-            out += b","
+            if rows:
+                out += b","
             yield
-        if out[-1] == ord(","):
-            out[-1:] = b"]},"
-        else:
-            out += b"]},"
-    if out[-1] == ord(","):
-        out[-1:] = b"]}"
-    else:
         out += b"]}"
+    out += b"]}"
     return out
 
 
