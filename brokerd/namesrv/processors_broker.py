@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import structlog
 
-from brokerd.namesrv.body import BodyError, DataVersion, crc32, decode_register_body, dumps
+from brokerd.namesrv.body import BodyError, DataVersion, TopicConfig, TopicMemo, crc32, decode_register_body, dumps
 from brokerd.namesrv.context import NamesrvContext
 from brokerd.namesrv.kvconfig import NAMESPACE_ORDER_TOPIC_CONFIG
 from brokerd.namesrv.lenient_json import LenientJSONError, loads
@@ -29,6 +29,7 @@ def _broker_id(cmd: RemotingCommand) -> int:
 class BrokerProcessors:
     def __init__(self, ctx: NamesrvContext) -> None:
         self.ctx = ctx
+        self._topics: dict[tuple[str, str], dict[str, tuple[object, TopicConfig]]] = {}  # (cluster, addr): TopicMemo
 
     def table(self) -> dict[int, Handler]:
         return {
@@ -39,12 +40,16 @@ class BrokerProcessors:
         }
 
     def _parse_registration(self, cmd: RemotingCommand) -> BrokerRegistration:
-        """Header and body of REGISTER_BROKER; raises HeaderError/BodyError without touching any state."""
+        """Header and body of REGISTER_BROKER; raises HeaderError/BodyError without touching any state but the
+        broker's topic memo (``TopicMemo``: its previous registration's topics, taken as they were when unchanged)."""
         cluster = cmd.str_field("clusterName")
         addr = cmd.str_field("brokerAddr")
         name = cmd.str_field("brokerName")
         bid = _broker_id(cmd)
-        body = decode_register_body(cmd.body, compressed=cmd.bool_field("compressed"), version=cmd.version)
+        memo = TopicMemo(self._topics.get((cluster, addr)))
+        body = decode_register_body(cmd.body, compressed=cmd.bool_field("compressed"), version=cmd.version, memo=memo)
+        if len(body.topic_config_table) > 1:  # a whole table (not a single topic's incremental registration)
+            self._topics[(cluster, addr)] = memo.current
         acting = cmd.ext.get("enableActingMaster")
         timeout = cmd.int_field("heartbeatTimeoutMillis", 0)
         return BrokerRegistration(
@@ -96,6 +101,7 @@ class BrokerProcessors:
         addr = cmd.str_field("brokerAddr")
         name = cmd.str_field("brokerName")
         bid = _broker_id(cmd)
+        self._topics.pop((cluster, addr), None)
         if self.ctx.routes.unregister_broker(cluster, addr, name, bid):
             log.info("broker_unregistered", cluster=cluster, broker_name=name, broker_id=bid, broker_addr=addr)
         return cmd.response()

@@ -12,6 +12,7 @@ from brokerd.namesrv.body import (
     BodyError,
     DataVersion,
     TopicConfig,
+    TopicMemo,
     crc32,
     decode_register_body,
     encode_register_body,
@@ -142,3 +143,23 @@ def test_lenient_reader() -> None:
     for bad in (b"{", b'{"a" 1}', b"[1,2", b"{a:b}", b'"abc', b"1 2"):
         with pytest.raises(LenientJSONError):
             loads(bad)
+
+
+@pytest.mark.parametrize("compressed", [False, True])
+def test_a_re_registration_takes_unchanged_topics_as_they_were_and_checks_the_changed_ones(compressed: bool) -> None:
+    first = TopicMemo()
+    a = decode_register_body(build_register_body(TCS, DV, compressed=compressed), compressed=compressed, version=479,
+                             memo=first)
+    changed = {**TCS, "T1": {**TCS["T1"], "perm": 2}, "T2": {**TCS["T1"], "topicName": "T2"}}
+    second = TopicMemo(first.current)
+    b = decode_register_body(build_register_body(changed, DV, compressed=compressed), compressed=compressed,
+                             version=479, memo=second)
+    assert b.topic_config_table == decode_register_body(build_register_body(changed, DV, compressed=compressed),
+                                                        compressed=compressed, version=479).topic_config_table
+    assert b.topic_config_table["TBW102"] is a.topic_config_table["TBW102"]  # unchanged: the same object
+    assert b.topic_config_table["T1"].perm == 2 and b.topic_config_table["T1"] is not a.topic_config_table["T1"]
+    assert len(second.current) == 3  # this registration's topics, for the next one
+    bad = {**TCS, "T1": {**TCS["T1"], "topicFilterType": "NOPE"}}  # a changed config is validated again
+    if not compressed:
+        with pytest.raises(BodyError):
+            decode_register_body(build_register_body(bad, DV), compressed=False, version=479, memo=TopicMemo(second.current))
