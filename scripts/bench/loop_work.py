@@ -10,6 +10,7 @@ What the event loop does at once, with nothing else running, for a state of a gi
   topics of 8 queues and ``--groups`` groups, each with committed offsets on 20 topics (8 queues each);
 * the encoding of the consumer-offset file (``prepare_persist_all`` with the offsets changed, every
   ``flushConsumerOffsetInterval``) and of a RIP-81 metadata snapshot (``meta.snapshot``);
+* the name server's decode of the broker's registration (its whole topic table, every 30 s): first, and again;
 * ``in_turns``: the scrape lines, the two pages and the RIP-81 snapshot as the broker now runs them, in loop turns
   (``brokerd.loopwork``): their whole time and the longest the loop is held at once;
 * for each ``--inflight`` count, a POP state of that many messages in flight (pops of 32 on 8 queues): its
@@ -43,6 +44,8 @@ sys.path.insert(0, ROOT)
 from brokerd import loopmon  # noqa: E402
 from brokerd.loopwork import STEP_BUDGET_S  # noqa: E402
 from brokerd.metadata.topic import TopicConfig  # noqa: E402
+from brokerd.namesrv.body import TopicMemo, decode_register_body  # noqa: E402
+from brokerd.namesrv.client import build_register_body  # noqa: E402
 from brokerd.pop.records import Checkpoint  # noqa: E402
 from brokerd.pop.state import PopState  # noqa: E402
 from brokerd.sync.snapshot import encode_steps  # noqa: E402
@@ -101,7 +104,8 @@ async def metadata(topics: int, groups: int, repeat: int, root: str) -> dict[str
             b.meta.offsets.commit_offset("127.0.0.1:1", "Group0000", "Topic00000", 0, next(moved))
             b.meta.prepare_persist_all()
 
-        return {"topics": topics, "groups": groups, "committed_queues": groups * 160,
+        registration = register_decode(b, repeat)
+        return {"topics": topics, "groups": groups, "committed_queues": groups * 160, **registration,
                 "scrape_lag_and_topic_lines_ms": best_ms(lambda: figures.prometheus_lines(directory), repeat),
                 "dashboard_groups_ms": best_ms(lambda: figures.group_rows(b), repeat),
                 "dashboard_topics_ms": best_ms(lambda: figures.topic_rows(b), repeat),
@@ -116,6 +120,24 @@ async def metadata(topics: int, groups: int, repeat: int, root: str) -> dict[str
                     "metadata_snapshot": in_turns_ms(lambda: encode_steps(b.meta.export_parts(), {}, 0, -1), repeat)}}
     finally:
         await b.shutdown()
+
+
+def register_decode(b: Any, repeat: int) -> dict[str, float]:
+    """The name server's decode of the broker's REGISTER_BROKER body (its whole topic table, every 30 s): a first
+    registration, and a re-registration of the same table (``TopicMemo``), JSON and compressed."""
+    out = {}
+    table = {name: tc.to_json() for name, tc in b.meta.topics.all().items()}
+    for compressed in (False, True):
+        body = build_register_body(table, {"counter": 1, "stateVersion": 0, "timestamp": 1}, compressed)
+        first = TopicMemo()
+        kind = "compressed" if compressed else "json"
+        out[f"register_decode_{kind}_first_ms"] = best_ms(
+            lambda: decode_register_body(body, compressed=compressed, version=479, memo=TopicMemo()), repeat)  # noqa: B023
+        decode_register_body(body, compressed=compressed, version=479, memo=first)
+        out[f"register_decode_{kind}_again_ms"] = best_ms(
+            lambda: decode_register_body(body, compressed=compressed, version=479, memo=TopicMemo(first.current)),  # noqa: B023
+            repeat)
+    return out
 
 
 def pop_state(inflight: int, half_acked: bool) -> PopState:
