@@ -410,8 +410,8 @@ class TimerService:
     async def _snapshot(self) -> None:
         if not self.index.added:
             return
-        blob, targets = self.index.snapshot()
-        self._snapshotting = asyncio.create_task(asyncio.to_thread(self.index.write_snapshot, blob, targets))
+        parts, targets = self.index.snapshot()
+        self._snapshotting = asyncio.create_task(asyncio.to_thread(self.index.write_snapshot, parts, targets))
         try:
             await self._snapshotting
         finally:

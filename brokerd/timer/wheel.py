@@ -122,9 +122,13 @@ class Wheel:
     # ------------------------------------------------------------------ snapshot
 
     def to_bytes(self) -> bytes:
+        return b"".join(self.parts())
+
+    def parts(self) -> list[bytes]:
+        """``to_bytes`` in its three pieces (copies: the wheel may change once they are taken)."""
         if not self.granules:
             self._allocate()
-        return self.granules.tobytes() + self.heads.tobytes() + self.counts.tobytes()
+        return [self.granules.tobytes(), self.heads.tobytes(), self.counts.tobytes()]
 
     @classmethod
     def from_bytes(cls, blob: bytes | memoryview, slots: int) -> Wheel:

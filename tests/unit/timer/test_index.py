@@ -44,8 +44,8 @@ def test_a_snapshot_loads_back_and_the_timer_log_is_cut_to_it(tmp_path: Path) ->
     idx = index(tmp_path)
     for q in range(10):
         idx.add(q, 100 + q, 1, (10_000 + q % 3) * P)
-    blob, targets = idx.snapshot()
-    idx.write_snapshot(blob, targets)
+    parts, targets = idx.snapshot()
+    idx.write_snapshot(parts, targets)
     for q in range(10, 15):  # after the snapshot: lost with a crash, added again from next_q
         idx.add(q, 100 + q, 1, 10_000 * P)
     idx.tlog.flush()
