@@ -11,6 +11,7 @@ What the event loop does at once, with nothing else running, for a state of a gi
 * the encoding of the consumer-offset file (``prepare_persist_all`` with the offsets changed, every
   ``flushConsumerOffsetInterval``) and of a RIP-81 metadata snapshot (``meta.snapshot``);
 * the name server's decode of the broker's registration (its whole topic table, every 30 s): first, and again;
+* the timer index's snapshot on the loop (``timer_index_snapshot_on_loop_ms``, every ``timerFlushIntervalMs``);
 * ``in_turns``: the scrape lines, the two pages and the RIP-81 snapshot as the broker now runs them, in loop turns
   (``brokerd.loopwork``): their whole time and the longest the loop is held at once;
 * for each ``--inflight`` count, a POP state of that many messages in flight (pops of 32 on 8 queues): its
@@ -33,6 +34,7 @@ import tempfile
 import time
 import types
 from collections.abc import Callable, Generator
+from pathlib import Path
 from typing import Any
 
 import structlog
@@ -49,6 +51,7 @@ from brokerd.namesrv.client import build_register_body  # noqa: E402
 from brokerd.pop.records import Checkpoint  # noqa: E402
 from brokerd.pop.state import PopState  # noqa: E402
 from brokerd.sync.snapshot import encode_steps  # noqa: E402
+from brokerd.timer.index import TimerIndex  # noqa: E402
 from container.dashboard import figures  # noqa: E402
 from scripts.bench.send_path_cpu import FakeTransport, start_broker  # noqa: E402
 
@@ -140,6 +143,24 @@ def register_decode(b: Any, repeat: int) -> dict[str, float]:
     return out
 
 
+def timer_snapshot(root: str, repeat: int) -> float:
+    """The timer index's snapshot as the loop takes it (every ``timerFlushIntervalMs`` while timers are added),
+    default window (2 days of 1 s granules), one timer in it; its write runs in a worker thread."""
+    idx = TimerIndex(Path(root), 1000, 2 * 86_400)
+    idx.load()
+    idx.fresh(0, 10_000, -1)
+    idx.add(0, 100, 1, 10_000_000)
+
+    def once() -> None:
+        idx.added = 1
+        idx.snapshot()
+
+    try:
+        return best_ms(once, repeat)
+    finally:
+        idx.close()
+
+
 def pop_state(inflight: int, half_acked: bool) -> PopState:
     st, now = PopState(), 1_700_000_000_000
     for i in range(inflight // 32):
@@ -193,9 +214,11 @@ def main() -> None:
     structlog.configure(logger_factory=structlog.PrintLoggerFactory(open(os.devnull, "w")))  # stdout: the JSON only
     with tempfile.TemporaryDirectory(prefix="bench-loopwork-") as d:
         meta = uvloop.run(metadata(args.topics, args.groups, args.repeat, d))
+        timer = timer_snapshot(d, args.repeat)
     doc = {"benchmark": "loop_work", "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
            "date": time.strftime("%Y-%m-%d %H:%M"), "load_average_1m": os.getloadavg()[0], "metadata": meta,
            "pop": [pop(int(n), args.repeat) for n in args.inflight.split(",")],
+           "timer_index_snapshot_on_loop_ms": timer,
            **freeze_count(args.repeat)}
     print(json.dumps(doc, indent=2))
 
