@@ -80,7 +80,9 @@ class BrokerProcessors:
                         broker_addr=reg.broker_addr, reason="single-topic registration before a full one")
             return cmd.response(ResponseCode.SYSTEM_ERROR, "register broker failed")
         self.ctx.track_channel(conn)
-        if is_new:
+        if is_new:  # a broker the route table let go (expired, its channel closed) keeps no topic memo here
+            for gone in [k for k in self._topics if BrokerAddrInfo(*k) not in routes.broker_live_table]:
+                del self._topics[gone]
             log.info("broker_registered", cluster=reg.cluster, broker_name=reg.broker_name, broker_id=reg.broker_id,
                      broker_addr=reg.broker_addr, ha_server_addr=reg.ha_server_addr,
                      topics=len(reg.topic_config_table))

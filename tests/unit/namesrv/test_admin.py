@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 
 from brokerd.namesrv.body import DataVersion, TopicConfig
+from brokerd.namesrv.client import build_register_body
 from brokerd.namesrv.config import NamesrvConfig
 from brokerd.namesrv.routeinfo import BrokerRegistration
 from brokerd.namesrv.service import NamesrvService
@@ -91,3 +92,37 @@ def test_write_perm_switches_name_an_unknown_broker() -> None:
     assert route is not None and route["queueDatas"][0]["perm"] == 4
     r = call_with_peer(svc, RequestCode.ADD_WRITE_PERM_OF_BROKER, {"brokerName": "broker-a"})
     assert r.ext["addTopicCount"] == "3" and svc.routes.topic_route("T1")["queueDatas"][0]["perm"] == 6  # type: ignore[index]
+
+
+class _BrokerPeer(_Peer):
+    """A broker's connection: the name server hooks its close."""
+
+    def __init__(self) -> None:
+        self.attrs: dict[str, Any] = {}
+
+    def add_close_callback(self, cb: Any) -> None:
+        pass
+
+
+def test_a_re_registration_shows_its_changed_topics_and_the_memo_goes_with_the_broker() -> None:
+    svc = NamesrvService(NamesrvConfig())
+    peer = _BrokerPeer()
+    ext = {"clusterName": "DefaultCluster", "brokerAddr": "10.0.0.1:10911", "brokerName": "broker-a",  # port-ok: data
+           "brokerId": "0"}
+
+    def register(perm: int, version: int) -> None:  # a changed table comes with a new DataVersion, as RocketMQ's
+        tcs = {t: TopicConfig(t, 4, 4, perm if t == "T1" else 6).to_json() for t in ("T1", "T2", "T3")}
+        body = build_register_body(tcs, {"counter": version, "stateVersion": 0, "timestamp": version})
+        r = svc.handlers()[RequestCode.REGISTER_BROKER](peer, request(RequestCode.REGISTER_BROKER, ext, body))  # type: ignore[arg-type]
+        assert isinstance(r, RemotingCommand) and r.code == ResponseCode.SUCCESS, r
+
+    register(6, 1)
+    register(6, 1)  # the same table: taken from the memo
+    assert svc.routes.topic_queue_table["T1"]["broker-a"].perm == 6
+    register(2, 2)  # T1 changed: decoded again
+    assert svc.routes.topic_queue_table["T1"]["broker-a"].perm == 2
+    assert svc.routes.topic_queue_table["T2"]["broker-a"].perm == 6
+    r = call_with_peer(svc, RequestCode.UNREGISTER_BROKER, ext)
+    assert r.code == ResponseCode.SUCCESS and "T1" not in svc.routes.topic_queue_table
+    register(4, 3)  # registered again after it left: everything decoded again, nothing stale
+    assert svc.routes.topic_queue_table["T1"]["broker-a"].perm == 4
