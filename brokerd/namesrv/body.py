@@ -177,7 +177,7 @@ class RegisterBody:
 class TopicMemo:
     """A broker's topic configs of its previous registration, by their wire form: a broker registers its whole table
     every 30 s, nearly always unchanged, and a topic config equal to the previous one is taken as it was instead of
-    being validated again (~6 µs a topic: ~12 ms of the name server's loop for 2,000 topics, ~1 ms this way).
+    being validated again (a 2,000-topic registration: ~9 ms of the name server's loop, ~2.4 ms this way).
     ``current`` holds this registration's, for the next one."""
 
     __slots__ = ("previous", "current")
