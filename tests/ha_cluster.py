@@ -87,14 +87,25 @@ class HACluster:
     # ------------------------------------------------------------------ processes
 
     def start(self, timeout: float = 60) -> HACluster:
-        self.ctl.start_all()
-        wait_for(lambda: all(can_connect(p) for p in self.namesrv_ports), timeout, "controllers' name servers")
-        for c in range(self.n):
-            self.start_container(c)
-        for c in range(self.n):
-            self.wait_container(c, timeout)
-        wait_for(lambda: all(self.master_of(s) for s in self.sets), timeout, "a registered master in every set")
+        try:
+            self.ctl.start_all()
+            wait_for(lambda: all(can_connect(p) for p in self.namesrv_ports), timeout, "controllers' name servers")
+            for c in range(self.n):
+                self.start_container(c)
+            for c in range(self.n):
+                self.wait_container(c, timeout)
+            wait_for(lambda: all(self.master_of(s) for s in self.sets), timeout, "a registered master in every set")
+        except AssertionError as e:  # a deployment that did not come up: say what its processes said
+            raise AssertionError(f"{e}\n{self.startup_report()}") from None
         return self
+
+    def startup_report(self, lines: int = 30) -> str:
+        """Each process's state and the end of its log (a start that timed out)."""
+        out = [f"--- controller {i} ({'alive' if self.ctl.alive(i) else 'exited'}) ---\n{self.ctl.tail(i, lines)}"
+               for i in range(len(self.ctl.addrs))]
+        out += [f"--- container {c} ({'alive' if d.alive() else 'exited'}) ---\n"
+                + "\n".join(d.output().splitlines()[-lines:]) for c, d in self.daemons.items()]
+        return "\n".join(out)
 
     def start_container(self, c: int) -> None:
         self.daemons[c] = Daemon(container_cmd(self.confs[c]), self.tmp / f"container-{c}.log").start()
