@@ -20,15 +20,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from brokerd.pop.checks import malformed, queue_error, serving_error, topic_or_error
-from brokerd.pop.extra_info import (
-    MARKS,
-    POP_ORDER_REVIVE_QUEUE,
-    SEP,
-    ExtraInfoError,
-    parse_batch_ack,
-    parse_extra_info,
-    real_topic,
-)
+from brokerd.pop.extra_info import ExtraInfoError, parse_batch_ack, parse_extra_info, real_topic
 from brokerd.pop.pending import Outbox, put_answer
 from brokerd.pop.service import PENDING, Outcome, settled
 from brokerd.remoting.codes import RequestCode, ResponseCode
@@ -113,24 +105,22 @@ class AckMessageProcessor:
 
     def _common_ack(self, conn: Connection, cmd: RemotingCommand) -> bool:
         """The ACK every client sends (each field there and well formed, a normal checkpoint's handle, its offset in
-        flight, the broker serving POP) applied without the general path's objects (an ACK a message: the Java POP
-        consumer's shape); False, with nothing changed, for anything else: ``ack`` decides and answers."""
+        flight, the broker serving POP) applied without the general path's header conversions and outcome objects (an
+        ACK a message: the Java POP consumer's shape; the handle read by the same ``parse_extra_info``); False, with
+        nothing changed, for anything else: ``ack`` decides and answers."""
         ext = cmd.ext
         try:
             group, topic, qid, offset = ext["consumerGroup"], ext["topic"], int(ext["queueId"]), int(ext["offset"])
-            parts = ext["extraInfo"].split(SEP)
-            start, pop_time, invisible, revive_qid = int(parts[0]), int(parts[1]), int(parts[2]), int(parts[3])
-            mark, broker_name = parts[4], parts[5]
-        except (KeyError, ValueError, IndexError):
+            ei = parse_extra_info(ext["extraInfo"])
+        except (KeyError, ValueError):  # ExtraInfoError too: the general path answers it
             return False
-        if (not group or revive_qid == POP_ORDER_REVIVE_QUEUE or mark not in MARKS or not broker_name or start < 0
-                or pop_time < 0 or invisible < 0):  # fmt: skip
+        if not group or ei.is_order:
             return False
         b = self.broker
         tc = b.meta.topics.get(topic)
         if tc is None or not 0 <= qid < tc.read_queue_nums or serving_error(b, self.service, cmd) is not None:
             return False
-        if not self.service.ack_one((group, topic, qid), start, pop_time, offset):
+        if not self.service.ack_one((group, topic, qid), ei.ck_offset, ei.pop_time, offset):
             return False
         self.service.wait_durable(self, (conn, cmd, None))
         return True

@@ -9,9 +9,7 @@ from typing import Any
 
 import pytest
 
-from brokerd.pop import ack_processor
 from brokerd.pop.ack_processor import AckMessageProcessor
-from brokerd.pop.extra_info import parse_extra_info
 from brokerd.pop.popping import PopRequest
 from brokerd.remoting.codec import FrameDecoder, encode_parts
 from brokerd.remoting.command import HeaderError, RemotingCommand, request
@@ -69,13 +67,14 @@ async def run(h: PopHarness, general_only: bool, monkeypatch: pytest.MonkeyPatch
     proc = AckMessageProcessor(h.broker, h.svc)  # type: ignore[arg-type]
     if general_only:  # every ACK through the general path's checks and ``ack_many``
         monkeypatch.setattr(h.svc, "ack_one", lambda *args: False)
-    parsed: list[str] = []
+    general: list[object] = []  # the ACKs that reached the general path's ``PopService.ack``
+    service_ack = h.svc.ack
 
-    def counted(text: str) -> Any:
-        parsed.append(text)
-        return parse_extra_info(text)
+    def counted(*args: Any) -> Any:
+        general.append(args)
+        return service_ack(*args)
 
-    monkeypatch.setattr(ack_processor, "parse_extra_info", counted)
+    monkeypatch.setattr(h.svc, "ack", counted)
     conn = Conn()
     for cmd in requests(h):
         try:
@@ -90,7 +89,7 @@ async def run(h: PopHarness, general_only: bool, monkeypatch: pytest.MonkeyPatch
     assert isinstance(res, RemotingCommand)
     conn.write_frames(_encoded(res))
     monkeypatch.undo()
-    return answers(conn), h.svc.state.snapshot(), len(parsed)
+    return answers(conn), h.svc.state.snapshot(), len(general)
 
 
 def _encoded(resp: RemotingCommand) -> list[bytes | memoryview]:
@@ -100,10 +99,10 @@ def _encoded(resp: RemotingCommand) -> list[bytes | memoryview]:
 
 async def test_the_common_ack_answers_and_changes_what_the_general_path_does(
         harness: HarnessFactory, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:  # fmt: skip
-    fast_answers, fast_state, fast_parsed = await run(await harness(tmp_path / "fast"), False, monkeypatch)
-    general_answers, general_state, general_parsed = await run(await harness(tmp_path / "general"), True, monkeypatch)
+    fast_answers, fast_state, fast_general = await run(await harness(tmp_path / "fast"), False, monkeypatch)
+    general_answers, general_state, all_general = await run(await harness(tmp_path / "general"), True, monkeypatch)
     assert fast_answers == general_answers and fast_state == general_state
-    assert fast_parsed == general_parsed - 2  # the two ACKs of messages in flight took the common path
+    assert fast_general == all_general - 2  # the two ACKs of messages in flight took the common path
     codes = {opaque: code for opaque, code, _ in fast_answers}
     assert codes[1] == codes[10] == 0 and len(fast_answers) == 12  # every request answered
     assert codes[3] != 0 and codes[4] != 0 and codes[99] != 0 and codes[100] != 0
