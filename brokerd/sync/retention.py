@@ -65,12 +65,12 @@ class SnapshotKeeper:
         self.write_encoded(snap.head(), snap.encode())
 
     def write_encoded(self, head: Snapshot, data: bytes) -> None:
-        """``write`` of a snapshot already encoded (``data``; ``head``: what it covers)."""
+        """``write`` of a snapshot already encoded (``data``; ``head``: what it covers, ``Snapshot.head``)."""
         self.snapshots.write_encoded(data, head.created_ms)
         self.written += 1
         cur = self.latest
         if cur is None or head.created_ms >= cur.created_ms:
-            self._latest = head.head()
+            self._latest = head
 
     def covered(self) -> dict[str, int]:
         snap = self.latest
